@@ -1,0 +1,324 @@
+package crds_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/internal/testenv"
+)
+
+// TestDefinitionsParse checks the embedded YAML without an API server: five kinds, one group,
+// categories [valkey] on each, and the status schema the user's status document fixes.
+func TestDefinitionsParse(t *testing.T) {
+	defs, err := crds.Definitions()
+	require.NoError(t, err)
+	kinds := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, d := range defs {
+		kinds[d.Spec.Names.Kind] = d
+		assert.Equal(t, crds.Group, d.Spec.Group)
+		assert.Equal(t, []string{"valkey"}, d.Spec.Names.Categories, d.Name)
+		require.Len(t, d.Spec.Versions, 1)
+		assert.Equal(t, crds.Version, d.Spec.Versions[0].Name)
+	}
+	assert.Len(t, kinds, 5)
+	for kind, scope := range map[string]apiextensionsv1.ResourceScope{
+		crds.KindImage: apiextensionsv1.ClusterScoped, crds.KindConfig: apiextensionsv1.ClusterScoped,
+		crds.KindRole: apiextensionsv1.ClusterScoped, crds.KindCluster: apiextensionsv1.NamespaceScoped,
+		crds.KindNode: apiextensionsv1.NamespaceScoped,
+	} {
+		require.Contains(t, kinds, kind)
+		assert.Equal(t, scope, kinds[kind].Spec.Scope, kind)
+	}
+
+	status := kinds[crds.KindCluster].Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["status"]
+	assert.ElementsMatch(t, []string{"state", "targetSpec", "nodes", "message"}, keys(status.Properties))
+	state := status.Properties["state"]
+	var enum []string
+	for _, v := range state.Enum {
+		enum = append(enum, strings.Trim(string(v.Raw), `"`))
+	}
+	assert.Equal(t, []string{"Creating", "Active", "Updating", "Invalid"}, enum)
+	assert.JSONEq(t, `"Creating"`, string(state.Default.Raw))
+	assert.ElementsMatch(t, []string{"shards", "replicasPerShard"}, keys(status.Properties["targetSpec"].Properties))
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestOnRealAPIServer installs the CRDs on a real kube-apiserver and exercises them the way a
+// user would: kubectl apply of the examples and of malformed manifests, updates that the CEL
+// transition rules must refuse, and kubectl's printer columns.
+func TestOnRealAPIServer(t *testing.T) {
+	env := testenv.Start(t)
+	ctx := context.Background()
+
+	t.Run("every CRD is Established", func(t *testing.T) {
+		ext, err := apiextensionsclient.NewForConfig(env.Config)
+		require.NoError(t, err)
+		defs, err := crds.Definitions()
+		require.NoError(t, err)
+		for _, d := range defs {
+			got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, d.Name, metav1.GetOptions{})
+			require.NoError(t, err)
+			assert.True(t, established(got), "%s not Established", d.Name)
+		}
+	})
+
+	t.Run("kubectl get valkey lists every kind", func(t *testing.T) {
+		out, err := kubectl(env, "", "api-resources", "--categories=valkey", "-o", "name")
+		require.NoError(t, err, out)
+		for _, r := range []string{"valkeyimages", "valkeyconfigs", "valkeyroles", "valkeyclusters", "valkeynodes"} {
+			assert.Contains(t, out, r+"."+crds.Group)
+		}
+	})
+
+	t.Run("every example applies", func(t *testing.T) {
+		examples, err := filepath.Glob(filepath.Join(crds.Dir(), "..", "examples", "*.yaml"))
+		require.NoError(t, err)
+		require.NotEmpty(t, examples)
+		for _, f := range examples {
+			out, err := kubectl(env, "", "apply", "-n", "default", "-f", f)
+			assert.NoError(t, err, "%s: %s", filepath.Base(f), out)
+		}
+	})
+
+	t.Run("malformed manifests are rejected with their message", func(t *testing.T) {
+		fixtures, err := filepath.Glob(filepath.Join("testdata", "invalid", "*.yaml"))
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(fixtures), 15)
+		for _, f := range fixtures {
+			t.Run(strings.TrimSuffix(filepath.Base(f), ".yaml"), func(t *testing.T) {
+				want := expectation(t, f)
+				out, err := kubectl(env, "", "create", "-f", f)
+				require.Error(t, err, "kubectl accepted %s: %s", f, out)
+				assert.Contains(t, out, want)
+			})
+		}
+	})
+
+	t.Run("tls cannot be added or removed, secretRef may change", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(env.Config)
+		require.NoError(t, err)
+		clusters := dyn.Resource(gvr(crds.KindCluster, "valkeyclusters")).Namespace("default")
+		plain := object(t, crds.KindCluster, "default", "tls-plain", `{"configRef":"standard","shards":1}`)
+		secure := object(t, crds.KindCluster, "default", "tls-secure", `{"configRef":"standard","shards":1,"tls":{"secretRef":"a"}}`)
+		for _, o := range []*unstructured.Unstructured{plain, secure} {
+			_, err := clusters.Create(ctx, o, metav1.CreateOptions{})
+			require.NoError(t, err)
+		}
+		const msg = "spec.tls cannot be added or removed after the cluster is created"
+
+		got, err := clusters.Get(ctx, "tls-plain", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NoError(t, unstructured.SetNestedField(got.Object, "a", "spec", "tls", "secretRef"))
+		_, err = clusters.Update(ctx, got, metav1.UpdateOptions{})
+		require.Error(t, err, "adding tls")
+		assert.Contains(t, err.Error(), msg)
+
+		got, err = clusters.Get(ctx, "tls-secure", metav1.GetOptions{})
+		require.NoError(t, err)
+		unstructured.RemoveNestedField(got.Object, "spec", "tls")
+		_, err = clusters.Update(ctx, got, metav1.UpdateOptions{})
+		require.Error(t, err, "removing tls")
+		assert.Contains(t, err.Error(), msg)
+
+		got, err = clusters.Get(ctx, "tls-secure", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NoError(t, unstructured.SetNestedField(got.Object, "b", "spec", "tls", "secretRef"))
+		_, err = clusters.Update(ctx, got, metav1.UpdateOptions{})
+		assert.NoError(t, err, "changing secretRef")
+	})
+
+	t.Run("ValkeyNode spec is fixed at creation", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(env.Config)
+		require.NoError(t, err)
+		nodes := dyn.Resource(gvr(crds.KindNode, "valkeynodes")).Namespace("default")
+		n := object(t, crds.KindNode, "default", "fixed-1a2b3", `{"cluster":"fixed","shard":0,"image":"valkey/valkey:8.0.1","specHash":"x"}`)
+		_, err = nodes.Create(ctx, n, metav1.CreateOptions{})
+		require.NoError(t, err)
+		got, err := nodes.Get(ctx, "fixed-1a2b3", metav1.GetOptions{})
+		require.NoError(t, err)
+		require.NoError(t, unstructured.SetNestedField(got.Object, int64(2), "spec", "shard"))
+		_, err = nodes.Update(ctx, got, metav1.UpdateOptions{})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "ValkeyNode spec is fixed at creation")
+	})
+
+	t.Run("deploy manifests apply and only the operator writes ValkeyNodes", func(t *testing.T) {
+		out, err := kubectl(env, "", "apply", "-f", filepath.Join(crds.Dir(), "..", "deploy"))
+		require.NoError(t, err, out)
+
+		const operator = "system:serviceaccount:valkey-operator:valkey-operator"
+		asUser := func(name string, groups ...string) dynamic.ResourceInterface {
+			cfg := rest.CopyConfig(env.Config)
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: groups}
+			dyn, err := dynamic.NewForConfig(cfg)
+			require.NoError(t, err)
+			return dyn.Resource(gvr(crds.KindNode, "valkeynodes")).Namespace("default")
+		}
+		node := func(name string) *unstructured.Unstructured {
+			return object(t, crds.KindNode, "default", name, `{"cluster":"c","shard":0,"image":"valkey/valkey:8.0.1","specHash":"x"}`)
+		}
+
+		// The policy takes effect asynchronously once its binding is seen: poll until a user
+		// with full RBAC rights is refused, then check the message.
+		user := asUser("jane", "system:masters")
+		var denied error
+		require.Eventually(t, func() bool {
+			_, denied = user.Create(ctx, node("c-0000a"), metav1.CreateOptions{})
+			if denied == nil {
+				_ = user.Delete(ctx, "c-0000a", metav1.DeleteOptions{})
+			}
+			return denied != nil
+		}, 30*time.Second, 200*time.Millisecond)
+		assert.Contains(t, denied.Error(), "ValkeyNodes are managed by the Valkey operator and are read-only for users")
+		_, err = user.List(ctx, metav1.ListOptions{})
+		assert.NoError(t, err, "users may still read ValkeyNodes")
+
+		// The operator's service account, with nothing but the shipped RBAC, may write them.
+		op := asUser(operator, "system:serviceaccounts", "system:serviceaccounts:valkey-operator", "system:authenticated")
+		created, err := op.Create(ctx, node("c-0000b"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, unstructured.SetNestedField(created.Object, "Joining", "status", "lifecycle"))
+		_, err = op.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		assert.NoError(t, err)
+		_, err = user.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		assert.Error(t, err, "users may not write ValkeyNode status")
+		assert.Error(t, user.Delete(ctx, "c-0000b", metav1.DeleteOptions{}), "users may not delete ValkeyNodes")
+		assert.NoError(t, op.Delete(ctx, "c-0000b", metav1.DeleteOptions{}))
+	})
+
+	t.Run("kubectl prints the seed's columns", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(env.Config)
+		require.NoError(t, err)
+		_, err = kubectl(env, "", "create", "namespace", "my-app")
+		require.NoError(t, err)
+		cluster := object(t, crds.KindCluster, "my-app", "my-cluster", `{"configRef":"standard","shards":3,"replicasPerShard":1}`)
+		clusters := dyn.Resource(gvr(crds.KindCluster, "valkeyclusters")).Namespace("my-app")
+		created, err := clusters.Create(ctx, cluster, metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, unstructured.SetNestedField(created.Object, "Active", "status", "state"))
+		_, err = clusters.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		require.NoError(t, err)
+
+		node := object(t, crds.KindNode, "my-app", "my-cluster-1a4f2", `{"cluster":"my-cluster","shard":0,"image":"valkey/valkey:9.0.0","specHash":"x"}`)
+		nodes := dyn.Resource(gvr(crds.KindNode, "valkeynodes")).Namespace("my-app")
+		created, err = nodes.Create(ctx, node, metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, unstructured.SetNestedField(created.Object, "Active", "status", "lifecycle"))
+		_, err = nodes.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		require.NoError(t, err)
+
+		out, err := kubectl(env, "my-app", "get", "valkeyclusters")
+		require.NoError(t, err, out)
+		assert.Equal(t, [][]string{
+			{"NAME", "CONFIG", "SHARDS", "REPLICAS", "STATE"},
+			{"my-cluster", "standard", "3", "1", "Active"},
+		}, table(out))
+
+		out, err = kubectl(env, "my-app", "get", "valkeynodes")
+		require.NoError(t, err, out)
+		assert.Equal(t, [][]string{
+			{"NAME", "CLUSTER", "IMAGE", "LIFECYCLE"},
+			{"my-cluster-1a4f2", "my-cluster", "valkey/valkey:9.0.0", "Active"},
+		}, table(out))
+	})
+
+	t.Run("replicasPerShard defaults to 1 and a new cluster's state to Creating", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(env.Config)
+		require.NoError(t, err)
+		clusters := dyn.Resource(gvr(crds.KindCluster, "valkeyclusters")).Namespace("default")
+		created, err := clusters.Create(ctx, object(t, crds.KindCluster, "default", "defaults", `{"configRef":"standard","shards":2}`), metav1.CreateOptions{})
+		require.NoError(t, err)
+		replicas, _, _ := unstructured.NestedInt64(created.Object, "spec", "replicasPerShard")
+		assert.Equal(t, int64(1), replicas)
+		require.NoError(t, unstructured.SetNestedField(created.Object, "", "status", "message"))
+		updated, err := clusters.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		state, _, _ := unstructured.NestedString(updated.Object, "status", "state")
+		assert.Equal(t, "Creating", state)
+	})
+}
+
+func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+func gvr(kind, resource string) schema.GroupVersionResource {
+	return crds.GVK(kind).GroupVersion().WithResource(resource)
+}
+
+func object(t *testing.T, kind, namespace, name, specJSON string) *unstructured.Unstructured {
+	t.Helper()
+	var spec map[string]any
+	require.NoError(t, yaml.Unmarshal([]byte(specJSON), &spec))
+	o := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	o.SetGroupVersionKind(crds.GVK(kind))
+	o.SetName(name)
+	o.SetNamespace(namespace)
+	return o
+}
+
+// expectation reads the "# expect: <message>" header of a negative fixture.
+func expectation(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "# expect: "); ok {
+			return rest
+		}
+	}
+	t.Fatalf("%s has no '# expect: ' line", path)
+	return ""
+}
+
+func kubectl(env *testenv.Env, namespace string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	full := []string{"--kubeconfig", env.Kubeconfig}
+	if namespace != "" {
+		full = append(full, "-n", namespace)
+	}
+	out, err := exec.CommandContext(ctx, "kubectl", append(full, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// table splits kubectl's column output into cells.
+func table(out string) [][]string {
+	var rows [][]string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		rows = append(rows, strings.Fields(line))
+	}
+	return rows
+}
