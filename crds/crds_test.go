@@ -168,50 +168,6 @@ func TestOnRealAPIServer(t *testing.T) {
 		assert.Contains(t, err.Error(), "ValkeyNode spec is fixed at creation")
 	})
 
-	t.Run("deploy manifests apply and only the operator writes ValkeyNodes", func(t *testing.T) {
-		out, err := kubectl(env, "", "apply", "-f", filepath.Join(crds.Dir(), "..", "deploy"))
-		require.NoError(t, err, out)
-
-		const operator = "system:serviceaccount:valkey-operator:valkey-operator"
-		asUser := func(name string, groups ...string) dynamic.ResourceInterface {
-			cfg := rest.CopyConfig(env.Config)
-			cfg.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: groups}
-			dyn, err := dynamic.NewForConfig(cfg)
-			require.NoError(t, err)
-			return dyn.Resource(gvr(crds.KindNode, "valkeynodes")).Namespace("default")
-		}
-		node := func(name string) *unstructured.Unstructured {
-			return object(t, crds.KindNode, "default", name, `{"cluster":"c","shard":0,"image":"valkey/valkey:8.0.1","specHash":"x"}`)
-		}
-
-		// The policy takes effect asynchronously once its binding is seen: poll until a user
-		// with full RBAC rights is refused, then check the message.
-		user := asUser("jane", "system:masters")
-		var denied error
-		require.Eventually(t, func() bool {
-			_, denied = user.Create(ctx, node("c-0000a"), metav1.CreateOptions{})
-			if denied == nil {
-				_ = user.Delete(ctx, "c-0000a", metav1.DeleteOptions{})
-			}
-			return denied != nil
-		}, 30*time.Second, 200*time.Millisecond)
-		assert.Contains(t, denied.Error(), "ValkeyNodes are managed by the Valkey operator and are read-only for users")
-		_, err = user.List(ctx, metav1.ListOptions{})
-		assert.NoError(t, err, "users may still read ValkeyNodes")
-
-		// The operator's service account, with nothing but the shipped RBAC, may write them.
-		op := asUser(operator, "system:serviceaccounts", "system:serviceaccounts:valkey-operator", "system:authenticated")
-		created, err := op.Create(ctx, node("c-0000b"), metav1.CreateOptions{})
-		require.NoError(t, err)
-		require.NoError(t, unstructured.SetNestedField(created.Object, "Joining", "status", "lifecycle"))
-		_, err = op.UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		assert.NoError(t, err)
-		_, err = user.UpdateStatus(ctx, created, metav1.UpdateOptions{})
-		assert.Error(t, err, "users may not write ValkeyNode status")
-		assert.Error(t, user.Delete(ctx, "c-0000b", metav1.DeleteOptions{}), "users may not delete ValkeyNodes")
-		assert.NoError(t, op.Delete(ctx, "c-0000b", metav1.DeleteOptions{}))
-	})
-
 	t.Run("kubectl prints the seed's columns", func(t *testing.T) {
 		dyn, err := dynamic.NewForConfig(env.Config)
 		require.NoError(t, err)
@@ -261,6 +217,51 @@ func TestOnRealAPIServer(t *testing.T) {
 		require.NoError(t, err)
 		state, _, _ := unstructured.NestedString(updated.Object, "status", "state")
 		assert.Equal(t, "Creating", state)
+	})
+
+	// Last: once the admission policy is installed only the operator may write ValkeyNodes.
+	t.Run("deploy manifests apply and only the operator writes ValkeyNodes", func(t *testing.T) {
+		out, err := kubectl(env, "", "apply", "-f", filepath.Join(crds.Dir(), "..", "deploy"))
+		require.NoError(t, err, out)
+
+		const operator = "system:serviceaccount:valkey-operator:valkey-operator"
+		asUser := func(name string, groups ...string) dynamic.ResourceInterface {
+			cfg := rest.CopyConfig(env.Config)
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: name, Groups: groups}
+			dyn, err := dynamic.NewForConfig(cfg)
+			require.NoError(t, err)
+			return dyn.Resource(gvr(crds.KindNode, "valkeynodes")).Namespace("default")
+		}
+		node := func(name string) *unstructured.Unstructured {
+			return object(t, crds.KindNode, "default", name, `{"cluster":"c","shard":0,"image":"valkey/valkey:8.0.1","specHash":"x"}`)
+		}
+
+		// The policy takes effect asynchronously once its binding is seen: poll until a user
+		// with full RBAC rights is refused, then check the message.
+		user := asUser("jane", "system:masters")
+		var denied error
+		require.Eventually(t, func() bool {
+			_, denied = user.Create(ctx, node("c-0000a"), metav1.CreateOptions{})
+			if denied == nil {
+				_ = user.Delete(ctx, "c-0000a", metav1.DeleteOptions{})
+			}
+			return denied != nil
+		}, 30*time.Second, 200*time.Millisecond)
+		assert.Contains(t, denied.Error(), "ValkeyNodes are managed by the Valkey operator and are read-only for users")
+		_, err = user.List(ctx, metav1.ListOptions{})
+		assert.NoError(t, err, "users may still read ValkeyNodes")
+
+		// The operator's service account, with nothing but the shipped RBAC, may write them.
+		op := asUser(operator, "system:serviceaccounts", "system:serviceaccounts:valkey-operator", "system:authenticated")
+		created, err := op.Create(ctx, node("c-0000b"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		require.NoError(t, unstructured.SetNestedField(created.Object, "Joining", "status", "lifecycle"))
+		_, err = op.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		assert.NoError(t, err)
+		_, err = user.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		assert.Error(t, err, "users may not write ValkeyNode status")
+		assert.Error(t, user.Delete(ctx, "c-0000b", metav1.DeleteOptions{}), "users may not delete ValkeyNodes")
+		assert.NoError(t, op.Delete(ctx, "c-0000b", metav1.DeleteOptions{}))
 	})
 }
 

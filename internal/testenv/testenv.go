@@ -9,9 +9,11 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gomomento/valkey-operator/crds"
 )
@@ -42,6 +44,7 @@ func Start(t testing.TB) *Env {
 		_, err := os.Stat(filepath.Join(dir, bin))
 		require.NoErrorf(t, err, "control-plane binary %s missing in %s: run `make controlplane`", bin, dir)
 	}
+	log.SetLogger(logr.Discard())
 	defs, err := crds.Definitions()
 	require.NoError(t, err)
 
