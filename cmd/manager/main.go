@@ -1,0 +1,82 @@
+// Command manager runs the Valkey operator: a controller-runtime manager with the
+// ValkeyCluster controller, leader election, metrics and health endpoints.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/reconciler/valkeyadapter"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+)
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], config.GetConfig); err != nil {
+		fmt.Fprintln(os.Stderr, "valkey-operator:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, builds the manager and blocks until ctx is cancelled (SIGTERM/SIGINT in
+// production). getConfig loads the REST config (controller-runtime's standard loading:
+// --kubeconfig, $KUBECONFIG, in-cluster, ~/.kube/config).
+func run(ctx context.Context, args []string, getConfig func() (*rest.Config, error)) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	var (
+		namespace       = fs.String("namespace", os.Getenv("POD_NAMESPACE"), "the operator's namespace: settings ConfigMap and leader lease (default $POD_NAMESPACE)")
+		leaderElect     = fs.Bool("leader-elect", true, "run leader election so only one replica reconciles")
+		leaderID        = fs.String("leader-election-id", "valkey-operator-leader", "name of the leader election Lease")
+		metricsAddr     = fs.String("metrics-bind-address", ":8080", "metrics endpoint bind address (0 disables)")
+		probeAddr       = fs.String("health-probe-bind-address", ":8081", "healthz/readyz bind address (0 disables)")
+		syncPeriod      = fs.Duration("sync-period", 10*time.Hour, "informer resync period")
+		recheck         = fs.Duration("recheck-interval", reconciler.DefaultRecheckInterval, "re-check interval for Creating/Invalid clusters")
+		poll            = fs.Duration("poll-interval", reconciler.DefaultPollInterval, "bootstrap progress poll interval")
+		shutdownTimeout = fs.Duration("shutdown-timeout", 30*time.Second, "how long to wait for reconciles to finish on stop")
+	)
+	config.RegisterFlags(fs)
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	log := ctrl.Log.WithName("setup")
+
+	cfg, err := getConfig()
+	if err != nil {
+		return fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	adapter := valkeyadapter.New(ctrl.Log.WithName("valkeyops"), nil)
+	defer adapter.Close()
+
+	mgr, _, err := reconciler.NewManager(ctx, cfg, reconciler.ManagerConfig{
+		Namespace:        *namespace,
+		LeaderElection:   *leaderElect,
+		LeaderElectionID: *leaderID,
+		MetricsAddr:      *metricsAddr,
+		ProbeAddr:        *probeAddr,
+		SyncPeriod:       *syncPeriod,
+		RecheckInterval:  *recheck,
+		PollInterval:     *poll,
+		Valkey:           adapter,
+
+		GracefulShutdownTimeout: *shutdownTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("starting manager", "namespace", *namespace, "leaderElection", *leaderElect)
+	if err := mgr.Start(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("manager: %w", err)
+	}
+	log.Info("manager stopped")
+	return nil
+}

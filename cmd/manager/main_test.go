@@ -1,0 +1,191 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/reconciler/settings"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+var (
+	cfg        *rest.Config
+	k8s        client.Client
+	kubeconfig string // path of an admin kubeconfig for the subprocess test
+)
+
+func TestMain(m *testing.M) { os.Exit(suite(m)) }
+
+func suite(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: point it at bin/controlplane")
+		return 1
+	}
+	defs, err := crds.Definitions()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env := &envtest.Environment{CRDs: defs}
+	cfg, err = env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	if k8s, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	user, err := env.AddUser(envtest.User{Name: "operator-test", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	raw, err := user.KubeConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	dir, err := os.MkdirTemp("", "manager-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, raw, 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func namespace(t *testing.T, name string, settingsData map[string]string) string {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	if settingsData != nil {
+		require.NoError(t, k8s.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: settings.ConfigMapName, Namespace: name}, Data: settingsData}))
+	}
+	return name
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func getConfig() (*rest.Config, error) { return rest.CopyConfig(cfg), nil }
+
+// TestInvalidSettingsStopStartup: an invalid defaultZoneSpread makes run return a clear,
+// typed error before anything starts.
+func TestInvalidSettingsStopStartup(t *testing.T) {
+	ns := namespace(t, "op-invalid", map[string]string{"defaultZoneSpread": "everywhere"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"--namespace", ns, "--metrics-bind-address", "0", "--health-probe-bind-address", "0"}, getConfig)
+	require.Error(t, err)
+	var inv *settings.InvalidError
+	assert.True(t, errors.As(err, &inv), "typed error, got %T: %v", err, err)
+	assert.Contains(t, err.Error(), `"defaultZoneSpread" has invalid value "everywhere"`)
+}
+
+// TestStartServeStop: run starts with leader election, serves health, readiness and
+// metrics, and returns cleanly when its context is cancelled, releasing the lease.
+func TestStartServeStop(t *testing.T) {
+	ns := namespace(t, "op-start", map[string]string{"defaultZoneSpread": "required"})
+	metrics, probes := freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--namespace", ns, "--metrics-bind-address", metrics, "--health-probe-bind-address", probes,
+			"--leader-election-id", "lease-in-process"}, getConfig)
+	}()
+	for _, url := range []string{"http://" + probes + "/healthz", "http://" + probes + "/readyz", "http://" + metrics + "/metrics"} {
+		require.Eventually(t, func() bool {
+			resp, err := http.Get(url)
+			if err != nil {
+				return false
+			}
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK
+		}, 30*time.Second, 100*time.Millisecond, url)
+	}
+	lease := &coordinationv1.Lease{}
+	require.Eventually(t, func() bool {
+		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "lease-in-process"}, lease)
+		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != ""
+	}, 30*time.Second, 100*time.Millisecond, "leader lease acquired")
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("manager did not stop within 30s")
+	}
+	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "lease-in-process"}, lease))
+	assert.True(t, lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "", "lease released on stop")
+}
+
+// TestSIGTERM builds the binary and stops it with a real SIGTERM: exit status 0.
+func TestSIGTERM(t *testing.T) {
+	ns := namespace(t, "op-sigterm", nil)
+	bin := filepath.Join(t.TempDir(), "manager")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	probes := freeAddr(t)
+	cmd := exec.Command(bin, "--kubeconfig", kubeconfig, "--metrics-bind-address", "0",
+		"--health-probe-bind-address", probes, "--leader-election-id", "lease-sigterm")
+	cmd.Env = append(os.Environ(), "POD_NAMESPACE="+ns)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + probes + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 30*time.Second, 100*time.Millisecond, "ready; stderr:\n%s", &stderr)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case err := <-waited:
+		require.NoError(t, err, "exit status; stderr:\n%s", stderr.String())
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("no exit within 30s of SIGTERM; stderr:\n%s", stderr.String())
+	}
+	assert.Contains(t, stderr.String(), "manager stopped")
+}

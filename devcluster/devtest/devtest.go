@@ -1,0 +1,234 @@
+// Package devtest gives tests a dev cluster: either a private one started
+// for the test binary (temporary state directory, free ports, its own Docker
+// network and labels, all removed afterwards), or — with DEVCLUSTER_REUSE=1 —
+// the one `make dev` left running in .dev/.
+//
+// Typical use, one cluster for a whole package:
+//
+//	func TestMain(m *testing.M) { os.Exit(devtest.Main(m)) }
+//	func TestX(t *testing.T) { env := devtest.Shared(t); env.Kubectl(t, "get", "nodes") }
+//
+// or, one cluster per test: env := devtest.Start(t).
+package devtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gomomento/valkey-operator/devcluster"
+	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+)
+
+// Env is a usable cluster.
+type Env struct {
+	Kubeconfig string
+	REST       *rest.Config
+	Kube       kubernetes.Interface
+	// Instance labels the cluster's Docker objects (dockernet.InstanceFilter).
+	Instance string
+	// Cluster is nil when an already running cluster is reused.
+	Cluster *devcluster.Cluster
+}
+
+// Options tune a private cluster.
+type Options struct {
+	Nodes int
+	// ValkeyImage is the fallback image for images not present locally.
+	ValkeyImage string
+}
+
+// New starts a private cluster (or reuses .dev with DEVCLUSTER_REUSE=1).
+// The returned stop function removes everything a private cluster created.
+func New(ctx context.Context, o Options) (*Env, func() error, error) {
+	if os.Getenv("DEVCLUSTER_REUSE") == "1" {
+		env, err := reuse()
+		return env, func() error { return nil }, err
+	}
+	root, err := devcluster.FindRoot()
+	if err != nil {
+		return nil, nil, err
+	}
+	stateDir, err := os.MkdirTemp("", "devcluster-")
+	if err != nil {
+		return nil, nil, err
+	}
+	ports, err := freePortRange(3 + max(o.Nodes, 6))
+	if err != nil {
+		return nil, nil, err
+	}
+	instance := "t" + randomHex(4)
+	c, err := devcluster.Up(ctx, devcluster.Options{
+		Root: root, StateDir: stateDir, Instance: instance, Nodes: o.Nodes,
+		APIServerPort: ports, EtcdPort: ports + 1, EtcdPeerPort: ports + 2, KubeletBasePort: ports + 3,
+		ValkeyImage: o.ValkeyImage,
+	})
+	if err != nil {
+		_ = os.RemoveAll(stateDir)
+		return nil, nil, err
+	}
+	kube, err := kubernetes.NewForConfig(c.REST)
+	if err != nil {
+		_ = c.Stop()
+		return nil, nil, err
+	}
+	env := &Env{Kubeconfig: c.Kubeconfig, REST: c.REST, Kube: kube, Instance: instance, Cluster: c}
+	return env, c.Stop, nil
+}
+
+func reuse() (*Env, error) {
+	root, err := devcluster.FindRoot()
+	if err != nil {
+		return nil, err
+	}
+	stateDir := filepath.Join(root, ".dev")
+	o, err := devcluster.LoadOptions(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("DEVCLUSTER_REUSE=1 but no running dev cluster in %s (run make dev): %w", stateDir, err)
+	}
+	kc := filepath.Join(stateDir, "kubeconfig")
+	rc, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := kube.Discovery().ServerVersion(); err != nil {
+		return nil, fmt.Errorf("dev cluster in %s does not answer: %w", stateDir, err)
+	}
+	return &Env{Kubeconfig: kc, REST: rc, Kube: kube, Instance: o.Instance}, nil
+}
+
+// Start gives t its own cluster, removed when t ends.
+func Start(t testing.TB, o ...Options) *Env {
+	t.Helper()
+	var opts Options
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, stop, err := New(ctx, opts)
+	if err != nil {
+		t.Fatalf("dev cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("dev cluster teardown: %v", err)
+		}
+	})
+	return env
+}
+
+var (
+	sharedMu   sync.Mutex
+	sharedEnv  *Env
+	sharedErr  error
+	sharedStop func() error
+)
+
+// Main runs a package's tests around one shared cluster (started lazily by
+// the first Shared call) and tears it down afterwards. Use it as
+// os.Exit(devtest.Main(m)).
+func Main(m *testing.M) int {
+	code := m.Run()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedStop != nil {
+		if err := sharedStop(); err != nil {
+			fmt.Fprintln(os.Stderr, "dev cluster teardown:", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+// Shared returns the package's shared cluster, starting it on first use.
+// The package must use Main in TestMain so the cluster is removed.
+func Shared(t testing.TB) *Env {
+	t.Helper()
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if sharedEnv == nil && sharedErr == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		sharedEnv, sharedStop, sharedErr = New(ctx, Options{})
+	}
+	if sharedErr != nil {
+		t.Fatalf("dev cluster: %v", sharedErr)
+	}
+	return sharedEnv
+}
+
+// Kubectl runs the real kubectl against the cluster and returns its stdout.
+func (e *Env) Kubectl(t testing.TB, args ...string) string {
+	t.Helper()
+	out, err := e.KubectlErr(args...)
+	if err != nil {
+		t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+	}
+	return out
+}
+
+// KubectlErr is Kubectl returning the error (with stderr) instead.
+func (e *Env) KubectlErr(args ...string) (string, error) {
+	cmd := exec.Command("kubectl", args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// ContainerFilter selects this cluster's Docker containers.
+func (e *Env) ContainerFilter() map[string]map[string]bool {
+	return dockernet.InstanceFilter(e.Instance)
+}
+
+// freePortRange finds n consecutive free ports on 127.0.0.1.
+func freePortRange(n int) (int, error) {
+	for attempt := 0; attempt < 50; attempt++ {
+		b := make([]byte, 2)
+		_, _ = rand.Read(b)
+		base := 20000 + (int(b[0])<<8|int(b[1]))%12000 // below the ephemeral port range
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			if err != nil {
+				ok = false
+				break
+			}
+			_ = l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no %d consecutive free ports found", n)
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

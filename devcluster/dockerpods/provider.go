@@ -1,0 +1,315 @@
+// Package dockerpods is a virtual-kubelet provider that runs every Pod bound
+// to its Node as Docker containers on the dev cluster's bridge network.
+//
+// It does a kubelet's job for the parts the operator relies on: the pod's
+// address is chosen before the container starts (so status.podIP can be
+// injected through the downward API), env and $(VAR) expansion are resolved
+// here, ConfigMap/Secret/projected volumes are written to host directories,
+// bind-mounted and re-synced atomically when their sources change, probes
+// drive readiness, container exits are reflected (and restarted per the
+// restart policy), and deletion stops containers gracefully.
+package dockerpods
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
+	"github.com/virtual-kubelet/virtual-kubelet/log"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
+
+	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/devcluster/ipam"
+)
+
+// Shared is the state every Node of one process shares.
+type Shared struct {
+	Docker   *client.Client
+	Instance string
+	Network  dockernet.Network
+	IPs      *ipam.Allocator
+	// PodsDir holds one directory per pod for its volumes.
+	PodsDir string
+	// Kube is used when a lister has not seen an object yet, and for
+	// service-account token requests.
+	Kube kubernetes.Interface
+	// FallbackImage replaces any image that is not present locally.
+	FallbackImage string
+	// FallbackByMajor picks a fallback by the major version in the wanted
+	// image's tag (e.g. "9" -> the locally built Valkey 9 image) when present.
+	FallbackByMajor map[string]string
+	// ResyncPeriod is how often ConfigMap/Secret volumes are compared with
+	// their sources.
+	ResyncPeriod time.Duration
+}
+
+// Provider runs the pods of one Node.
+type Provider struct {
+	shared   *Shared
+	nodeName string
+	cms      corev1listers.ConfigMapLister
+	secrets  corev1listers.SecretLister
+
+	mu     sync.Mutex
+	pods   map[string]*podState
+	notify func(*corev1.Pod)
+	ready  chan struct{} // closed once notify is set
+}
+
+// New returns the provider of node nodeName.
+func New(shared *Shared, nodeName string, cms corev1listers.ConfigMapLister, secrets corev1listers.SecretLister) *Provider {
+	return &Provider{shared: shared, nodeName: nodeName, cms: cms, secrets: secrets, pods: map[string]*podState{}, ready: make(chan struct{})}
+}
+
+// Run re-syncs volumes until ctx ends.
+func (p *Provider) Run(ctx context.Context) {
+	period := p.shared.ResyncPeriod
+	if period <= 0 {
+		period = time.Second
+	}
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, st := range p.snapshot() {
+			if err := p.syncVolumes(ctx, st); err != nil {
+				log.G(ctx).WithField("pod", st.key).WithError(err).Warn("volume resync failed")
+			}
+		}
+	}
+}
+
+func (p *Provider) snapshot() []*podState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*podState, 0, len(p.pods))
+	for _, st := range p.pods {
+		out = append(out, st)
+	}
+	return out
+}
+
+// NotifyPods implements node.PodNotifier.
+func (p *Provider) NotifyPods(_ context.Context, f func(*corev1.Pod)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.notify = f
+	close(p.ready)
+}
+
+func (p *Provider) publish(st *podState) {
+	<-p.ready
+	p.notify(st.snapshot())
+}
+
+func podKey(ns, name string) string { return ns + "/" + name }
+
+// CreatePod starts the pod's containers.
+func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
+	key := podKey(pod.Namespace, pod.Name)
+	p.mu.Lock()
+	if _, ok := p.pods[key]; ok {
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.Unlock()
+	if len(pod.Spec.InitContainers) > 0 {
+		return fmt.Errorf("devcluster kubelet does not run init containers")
+	}
+
+	ip, err := p.shared.IPs.Allocate(string(pod.UID))
+	if err != nil {
+		return err
+	}
+	st := newPodState(key, pod.DeepCopy(), ip, p.shared.Network.Gateway, filepath.Join(p.shared.PodsDir, string(pod.UID)))
+	ok := false
+	defer func() {
+		if !ok {
+			p.cleanup(context.WithoutCancel(ctx), st, 0)
+		}
+	}()
+
+	if err := p.syncVolumes(ctx, st); err != nil {
+		return err
+	}
+	for i := range pod.Spec.Containers {
+		if err := p.createContainer(ctx, st, i); err != nil {
+			return err
+		}
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	st.cancel = cancel
+	now := metav1.Now()
+	st.mu.Lock()
+	st.startTime = &now
+	st.mu.Unlock()
+	for i := range pod.Spec.Containers {
+		if err := p.startContainer(ctx, st, i); err != nil {
+			cancel()
+			return err
+		}
+	}
+	ok = true
+	p.mu.Lock()
+	p.pods[key] = st
+	p.mu.Unlock()
+	for i := range pod.Spec.Containers {
+		go p.superviseContainer(runCtx, st, i)
+	}
+	go p.publish(st)
+	log.G(ctx).WithField("pod", key).WithField("ip", ip.String()).Info("pod started")
+	return nil
+}
+
+// UpdatePod records the new metadata; the fields a pod update may change
+// (labels, annotations, images) do not require restarting containers here
+// except images, which are rolled by recreating the container.
+func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
+	st := p.get(pod.Namespace, pod.Name)
+	if st == nil {
+		return errdefs.NotFoundf("pod %s/%s not found", pod.Namespace, pod.Name)
+	}
+	st.mu.Lock()
+	old := st.pod
+	st.pod = pod.DeepCopy()
+	st.mu.Unlock()
+	for i := range pod.Spec.Containers {
+		if i < len(old.Spec.Containers) && old.Spec.Containers[i].Image != pod.Spec.Containers[i].Image {
+			log.G(ctx).WithField("pod", st.key).Infof("image of %s changed, restarting it", pod.Spec.Containers[i].Name)
+			if err := p.stopContainer(ctx, st, i, gracePeriod(pod)); err != nil {
+				return err
+			}
+		}
+	}
+	go p.publish(st)
+	return nil
+}
+
+// DeletePod stops the pod's containers gracefully in the background: SIGTERM,
+// then SIGKILL once the grace period is over. The terminal status is
+// published when they are gone, which lets virtual-kubelet remove the pod.
+func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
+	st := p.get(pod.Namespace, pod.Name)
+	if st == nil || string(st.pod.UID) != string(pod.UID) {
+		return errdefs.NotFoundf("pod %s/%s not found", pod.Namespace, pod.Name)
+	}
+	st.mu.Lock()
+	if st.deleting {
+		st.mu.Unlock()
+		return nil
+	}
+	st.deleting = true
+	st.pod.DeletionTimestamp = pod.DeletionTimestamp
+	st.pod.DeletionGracePeriodSeconds = pod.DeletionGracePeriodSeconds
+	st.mu.Unlock()
+	grace := gracePeriod(pod)
+	go func() {
+		ctx := context.WithoutCancel(ctx)
+		p.cleanup(ctx, st, grace)
+		p.mu.Lock()
+		if p.pods[st.key] == st {
+			delete(p.pods, st.key)
+		}
+		p.mu.Unlock()
+		p.publish(st)
+		// Like a kubelet, finish the deletion once the containers are gone
+		// instead of leaving the pod Terminating until the grace period
+		// ends (virtual-kubelet's fallback).
+		zero := int64(0)
+		err := p.shared.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &pod.UID},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.G(ctx).WithField("pod", st.key).WithError(err).Warn("final pod deletion")
+		}
+		log.G(ctx).WithField("pod", st.key).Info("pod deleted")
+	}()
+	return nil
+}
+
+// cleanup stops and removes the pod's containers and frees its address and
+// directory.
+func (p *Provider) cleanup(ctx context.Context, st *podState, grace int) {
+	if st.cancel != nil {
+		st.cancel()
+	}
+	var wg sync.WaitGroup
+	for i := range st.ctrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.removeContainer(ctx, st, i, grace); err != nil {
+				log.G(ctx).WithField("pod", st.key).WithError(err).Warn("remove container")
+			}
+		}()
+	}
+	wg.Wait()
+	p.shared.IPs.Release(st.ip)
+	_ = os.RemoveAll(st.dir)
+}
+
+func gracePeriod(pod *corev1.Pod) int {
+	switch {
+	case pod.DeletionGracePeriodSeconds != nil:
+		return int(*pod.DeletionGracePeriodSeconds)
+	case pod.Spec.TerminationGracePeriodSeconds != nil:
+		return int(*pod.Spec.TerminationGracePeriodSeconds)
+	}
+	return 30
+}
+
+func (p *Provider) get(ns, name string) *podState {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pods[podKey(ns, name)]
+}
+
+// GetPod implements node.PodLifecycleHandler.
+func (p *Provider) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error) {
+	st := p.get(ns, name)
+	if st == nil {
+		return nil, errdefs.NotFoundf("pod %s/%s not found", ns, name)
+	}
+	return st.snapshot(), nil
+}
+
+// GetPodStatus implements node.PodLifecycleHandler.
+func (p *Provider) GetPodStatus(ctx context.Context, ns, name string) (*corev1.PodStatus, error) {
+	pod, err := p.GetPod(ctx, ns, name)
+	if err != nil {
+		return nil, err
+	}
+	return &pod.Status, nil
+}
+
+// GetPods implements node.PodLifecycleHandler.
+func (p *Provider) GetPods(context.Context) ([]*corev1.Pod, error) {
+	var out []*corev1.Pod
+	for _, st := range p.snapshot() {
+		out = append(out, st.snapshot())
+	}
+	return out, nil
+}
+
+// PodIP returns the address of a running pod, for tests.
+func (p *Provider) PodIP(ns, name string) (netip.Addr, bool) {
+	st := p.get(ns, name)
+	if st == nil {
+		return netip.Addr{}, false
+	}
+	return st.ip, true
+}

@@ -1,0 +1,194 @@
+package dockerpods
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// podState is what the provider knows about one pod. mu guards every field
+// that changes after creation.
+type podState struct {
+	key     string
+	ip      netip.Addr
+	hostIP  netip.Addr
+	dir     string
+	cancel  context.CancelFunc
+	volHash map[string]string // volume name -> hash of the last payload written
+
+	mu        sync.Mutex
+	pod       *corev1.Pod
+	ctrs      []*ctrState
+	startTime *metav1.Time
+	deleting  bool
+	conds     map[corev1.PodConditionType]corev1.PodCondition // last published, for transition times
+	tokens    map[string]cachedToken                          // projected service-account tokens by path
+}
+
+type ctrState struct {
+	name     string
+	id       string
+	image    string // image actually run
+	imageID  string
+	started  bool // startup probe passed (or none)
+	ready    bool
+	restarts int32
+	state    corev1.ContainerState
+	last     corev1.ContainerState
+}
+
+func newPodState(key string, pod *corev1.Pod, ip, hostIP netip.Addr, dir string) *podState {
+	st := &podState{key: key, pod: pod, ip: ip, hostIP: hostIP, dir: dir, volHash: map[string]string{}}
+	for _, c := range pod.Spec.Containers {
+		st.ctrs = append(st.ctrs, &ctrState{
+			name:  c.Name,
+			state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
+		})
+	}
+	return st
+}
+
+// update runs f under the lock and reports whether the published status
+// changed.
+func (st *podState) update(f func()) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	before := st.statusLocked()
+	f()
+	after := st.statusLocked()
+	return !equalStatus(before, after)
+}
+
+func equalStatus(a, b corev1.PodStatus) bool {
+	if a.Phase != b.Phase || len(a.Conditions) != len(b.Conditions) || len(a.ContainerStatuses) != len(b.ContainerStatuses) {
+		return false
+	}
+	for i := range a.Conditions {
+		if a.Conditions[i].Type != b.Conditions[i].Type || a.Conditions[i].Status != b.Conditions[i].Status {
+			return false
+		}
+	}
+	for i := range a.ContainerStatuses {
+		x, y := a.ContainerStatuses[i], b.ContainerStatuses[i]
+		if x.Ready != y.Ready || x.RestartCount != y.RestartCount || x.ContainerID != y.ContainerID ||
+			stateName(x.State) != stateName(y.State) || stateName(x.LastTerminationState) != stateName(y.LastTerminationState) {
+			return false
+		}
+	}
+	return true
+}
+
+func stateName(s corev1.ContainerState) string {
+	switch {
+	case s.Running != nil:
+		return "running"
+	case s.Terminated != nil:
+		return "terminated:" + s.Terminated.Reason
+	case s.Waiting != nil:
+		return "waiting:" + s.Waiting.Reason
+	}
+	return ""
+}
+
+// snapshot returns the pod with its current status.
+func (st *podState) snapshot() *corev1.Pod {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	pod := st.pod.DeepCopy()
+	pod.Status = st.statusLocked()
+	return pod
+}
+
+func (st *podState) statusLocked() corev1.PodStatus {
+	s := *st.pod.Status.DeepCopy() // keep fields the API server owns (qosClass, ...)
+	s.HostIP = st.hostIP.String()
+	s.HostIPs = []corev1.HostIP{{IP: s.HostIP}}
+	s.PodIP = st.ip.String()
+	s.PodIPs = []corev1.PodIP{{IP: s.PodIP}}
+	s.StartTime = st.startTime
+	s.Reason, s.Message = "", ""
+
+	allReady, running, waiting := true, false, false
+	allSucceeded := true
+	s.ContainerStatuses = nil
+	for _, c := range st.ctrs {
+		image := c.image
+		for _, sc := range st.pod.Spec.Containers {
+			if sc.Name == c.name {
+				image = sc.Image // report the image the pod asked for, as a kubelet would
+			}
+		}
+		started := c.started && c.state.Running != nil
+		cs := corev1.ContainerStatus{
+			Name:                 c.name,
+			Image:                image,
+			ImageID:              c.imageID,
+			Ready:                c.ready && c.state.Running != nil,
+			Started:              &started,
+			RestartCount:         c.restarts,
+			State:                c.state,
+			LastTerminationState: c.last,
+		}
+		if c.id != "" {
+			cs.ContainerID = "docker://" + c.id
+		}
+		s.ContainerStatuses = append(s.ContainerStatuses, cs)
+		if !cs.Ready {
+			allReady = false
+		}
+		switch {
+		case c.state.Running != nil:
+			running = true
+		case c.state.Waiting != nil:
+			waiting = true
+		case c.state.Terminated != nil && c.state.Terminated.ExitCode != 0:
+			allSucceeded = false
+		}
+	}
+
+	switch {
+	case st.deleting && !running:
+		if allSucceeded && !waiting {
+			s.Phase = corev1.PodSucceeded
+		} else {
+			s.Phase = corev1.PodFailed
+		}
+	case running:
+		s.Phase = corev1.PodRunning
+	case waiting && st.startTime != nil:
+		s.Phase = corev1.PodRunning // between restarts
+	case waiting:
+		s.Phase = corev1.PodPending
+	case allSucceeded:
+		s.Phase = corev1.PodSucceeded
+	default:
+		s.Phase = corev1.PodFailed
+	}
+
+	cond := func(t corev1.PodConditionType, ok bool) corev1.PodCondition {
+		status := corev1.ConditionFalse
+		if ok {
+			status = corev1.ConditionTrue
+		}
+		if old, ok := st.conds[t]; ok && old.Status == status {
+			return old
+		}
+		c := corev1.PodCondition{Type: t, Status: status, LastTransitionTime: metav1.Now()}
+		if st.conds == nil {
+			st.conds = map[corev1.PodConditionType]corev1.PodCondition{}
+		}
+		st.conds[t] = c
+		return c
+	}
+	s.Conditions = []corev1.PodCondition{
+		cond(corev1.PodReadyToStartContainers, st.startTime != nil && !st.deleting),
+		cond(corev1.PodInitialized, true),
+		cond(corev1.ContainersReady, allReady && running),
+		cond(corev1.PodReady, allReady && running && !st.deleting),
+		cond(corev1.PodScheduled, true),
+	}
+	return s
+}

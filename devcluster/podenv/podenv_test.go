@@ -1,0 +1,96 @@
+package podenv
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+type fakeLookup struct {
+	cms     map[string]*corev1.ConfigMap
+	secrets map[string]*corev1.Secret
+}
+
+func (f fakeLookup) ConfigMap(_, name string) (*corev1.ConfigMap, error) {
+	if cm, ok := f.cms[name]; ok {
+		return cm, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, name)
+}
+
+func (f fakeLookup) Secret(_, name string) (*corev1.Secret, error) {
+	if s, ok := f.secrets[name]; ok {
+		return s, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, name)
+}
+
+func TestExpand(t *testing.T) {
+	vars := map[string]string{"POD_IP": "10.0.0.7", "EMPTY": ""}
+	for _, tc := range []struct{ in, want string }{
+		{"--cluster-announce-ip $(POD_IP)", "--cluster-announce-ip 10.0.0.7"},
+		{"$(POD_IP):6379", "10.0.0.7:6379"},
+		{"$(UNDEFINED)", "$(UNDEFINED)"},
+		{"$$(POD_IP)", "$(POD_IP)"},
+		{"cost $5", "cost $5"},
+		{"a$(EMPTY)b", "ab"},
+		{"open $(POD_IP", "open $(POD_IP"},
+		{"trailing $", "trailing $"},
+	} {
+		assert.Equal(t, tc.want, Expand(tc.in, vars), tc.in)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "vc-abcde", Namespace: "ns1", Labels: map[string]string{"app": "valkey"}},
+		Spec:       corev1.PodSpec{NodeName: "devnode-2"},
+	}
+	lk := fakeLookup{
+		cms:     map[string]*corev1.ConfigMap{"cfg": {Data: map[string]string{"maxmemory": "100mb", "B": "2"}}},
+		secrets: map[string]*corev1.Secret{"auth": {Data: map[string][]byte{"password": []byte("s3cret")}}},
+	}
+	optional := true
+	c := &corev1.Container{
+		Name:    "valkey",
+		Command: []string{"valkey-server"},
+		Args:    []string{"--cluster-announce-ip", "$(POD_IP)", "--requirepass", "$(PASSWORD)", "--maxmemory", "$(CFG_maxmemory)"},
+		EnvFrom: []corev1.EnvFromSource{{Prefix: "CFG_", ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}}}},
+		Env: []corev1.EnvVar{
+			{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+			{Name: "APP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['app']"}}},
+			{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "auth"}, Key: "password"}}},
+			{Name: "B", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "cfg"}, Key: "B"}}},
+			{Name: "MISSING", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "x", Optional: &optional}}},
+			{Name: "ADDR", Value: "$(POD_IP):6379"},
+		},
+	}
+	res, err := Resolve(pod, c, Facts{PodIP: "172.29.0.9", HostIP: "172.29.0.1"}, lk)
+	require.NoError(t, err)
+	assert.Equal(t, []string{
+		"CFG_B=2", "CFG_maxmemory=100mb", "POD_IP=172.29.0.9", "POD_NAME=vc-abcde", "POD_NAMESPACE=ns1",
+		"APP=valkey", "PASSWORD=s3cret", "B=2", "ADDR=172.29.0.9:6379",
+	}, res.Env)
+	assert.Equal(t, []string{"valkey-server"}, res.Command)
+	assert.Equal(t, []string{"--cluster-announce-ip", "172.29.0.9", "--requirepass", "s3cret", "--maxmemory", "100mb"}, res.Args)
+}
+
+func TestResolveErrors(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	lk := fakeLookup{secrets: map[string]*corev1.Secret{"auth": {Data: map[string][]byte{}}}}
+	for name, env := range map[string]corev1.EnvVar{
+		"missing secret": {Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "k"}}},
+		"missing key":    {Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "auth"}, Key: "k"}}},
+		"bad fieldRef":   {Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nope"}}},
+	} {
+		_, err := Resolve(pod, &corev1.Container{Env: []corev1.EnvVar{env}}, Facts{}, lk)
+		assert.Error(t, err, name)
+	}
+}

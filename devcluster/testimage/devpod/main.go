@@ -1,0 +1,88 @@
+// Command devpod is the process inside the dev cluster's test image: a tiny
+// static server the provider tests can query over TCP from the host, so they
+// check env, args and mounted files as the container itself sees them.
+//
+// Protocol, one request line per connection: "ENV NAME", "ARGS", "CAT PATH",
+// "ID" (uid:gid). "devpod cat PATH" prints a file (for exec probes/tests).
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	if len(os.Args) > 2 && os.Args[1] == "cat" {
+		b, err := os.ReadFile(os.Args[2])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Stdout.Write(b)
+		return
+	}
+	if len(os.Args) > 1 && os.Args[1] == "exit" {
+		code := 3
+		if len(os.Args) > 2 {
+			fmt.Sscan(os.Args[2], &code)
+		}
+		os.Exit(code)
+	}
+	// Only --port matters; other arguments (e.g. Valkey-like flags) are
+	// echoed back by ARGS.
+	port := "8080"
+	for i, a := range os.Args {
+		if a == "--port" && i+1 < len(os.Args) {
+			port = os.Args[i+1]
+		}
+	}
+	l, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("devpod listening on %s, args %q\n", port, os.Args)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		s := <-sig
+		fmt.Printf("devpod got %v, exiting\n", s)
+		os.Exit(0)
+	}()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			continue
+		}
+		go handle(c)
+	}
+}
+
+func handle(c net.Conn) {
+	defer c.Close()
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return
+	}
+	cmd, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+	switch cmd {
+	case "ENV":
+		fmt.Fprint(c, os.Getenv(arg))
+	case "ARGS":
+		fmt.Fprint(c, strings.Join(os.Args, " "))
+	case "CAT":
+		b, err := os.ReadFile(arg)
+		if err != nil {
+			fmt.Fprint(c, "ERR ", err)
+			return
+		}
+		c.Write(b)
+	case "ID":
+		fmt.Fprintf(c, "%d:%d", os.Getuid(), os.Getgid())
+	}
+}

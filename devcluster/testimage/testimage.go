@@ -1,0 +1,57 @@
+// Package testimage builds a tiny local Docker image for the dev cluster's own
+// tests. No registry is reachable here, so the image is a single static Go
+// binary (package devpod) packed with `docker import`.
+package testimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+)
+
+// Image is the tag the test image gets.
+const Image = "valkey-operator/devpod:test"
+
+// Ensure builds and imports the image unless a fresh copy exists. It is cheap
+// to call from every test.
+func Ensure(ctx context.Context) (string, error) {
+	_, self, _, _ := runtime.Caller(0)
+	src := filepath.Join(filepath.Dir(self), "devpod")
+	tmp, err := os.MkdirTemp("", "devpod")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	bin := filepath.Join(tmp, "devpod")
+	build := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+	build.Dir = src
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build devpod: %w: %s", err, out)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"tmp/", "etc/"} {
+		_ = tw.WriteHeader(&tar.Header{Name: d, Mode: 0o1777, Typeflag: tar.TypeDir})
+	}
+	_ = tw.WriteHeader(&tar.Header{Name: "devpod", Mode: 0o755, Size: int64(len(data)), Typeflag: tar.TypeReg})
+	_, _ = tw.Write(data)
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	imp := exec.CommandContext(ctx, "docker", "import", "--change", `ENTRYPOINT ["/devpod"]`, "--change", `CMD ["serve"]`, "-", Image)
+	imp.Stdin = &buf
+	if out, err := imp.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("docker import: %w: %s", err, out)
+	}
+	return Image, nil
+}

@@ -1,0 +1,259 @@
+// Package vknodes runs the dev cluster's Nodes: several virtual-kubelet
+// nodes in one process, spread over zones, each backed by a dockerpods
+// provider, all sharing one Docker network and one address pool.
+package vknodes
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/virtual-kubelet/virtual-kubelet/log"
+	vkslog "github.com/virtual-kubelet/virtual-kubelet/log/slog"
+	"github.com/virtual-kubelet/virtual-kubelet/node"
+	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/devcluster/dockerpods"
+	"github.com/gomomento/valkey-operator/devcluster/ipam"
+)
+
+// Labels the scheduler and the operator's placement rules look at.
+const (
+	LabelZone     = "topology.kubernetes.io/zone"
+	LabelHostname = "kubernetes.io/hostname"
+	// LabelDevNode marks the dev cluster's nodes.
+	LabelDevNode = "valkey-operator.dev/node"
+)
+
+// Spec names one node.
+type Spec struct {
+	Name string
+	Zone string
+}
+
+// Config is everything Run needs.
+type Config struct {
+	Instance   string
+	Kubeconfig string // identity of the nodes
+	Nodes      []Spec
+	PodsDir    string
+	// FallbackImage replaces images that are not present locally;
+	// FallbackByMajor overrides it by the tag's major version.
+	FallbackImage   string
+	FallbackByMajor map[string]string
+	// Kubelet API (logs/exec): serving cert, and the CA client certs must chain to.
+	ServingCertFile, ServingKeyFile, ClientCAFile string
+	// KubeletBasePort is the first node's kubelet port; node i uses +i.
+	KubeletBasePort int
+	Logger          *slog.Logger
+}
+
+// DefaultSpecs is n nodes named devnode-1.. spread round-robin over zones.
+func DefaultSpecs(n int, zones []string) []Spec {
+	out := make([]Spec, n)
+	for i := range out {
+		out[i] = Spec{Name: fmt.Sprintf("devnode-%d", i+1), Zone: zones[i%len(zones)]}
+	}
+	return out
+}
+
+// Run registers the nodes and serves their pods until ctx ends. ready is
+// closed once every node has registered.
+func Run(ctx context.Context, cfg Config, ready chan<- struct{}) error {
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	vkLog := vkslog.FromSlog(logger)
+	ctx = log.WithLogger(ctx, vkLog)
+
+	docker, err := dockernet.NewClient()
+	if err != nil {
+		return err
+	}
+	defer docker.Close()
+	netw, err := dockernet.EnsureNetwork(ctx, docker, cfg.Instance)
+	if err != nil {
+		return err
+	}
+	// Containers left by an earlier run belong to pods this process does not
+	// know; remove them so the pods are started afresh.
+	if err := dockernet.RemoveContainers(ctx, docker, cfg.Instance); err != nil {
+		return err
+	}
+	ips, err := ipam.New(netw.Subnet)
+	if err != nil {
+		return err
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.QPS, rc.Burst = 100, 200
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	shared := &dockerpods.Shared{
+		Docker: docker, Instance: cfg.Instance, Network: netw, IPs: ips,
+		PodsDir: cfg.PodsDir, Kube: kube, FallbackImage: cfg.FallbackImage, FallbackByMajor: cfg.FallbackByMajor,
+		ResyncPeriod: time.Second,
+	}
+	tlsCfg, err := kubeletTLS(cfg)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(cfg.Nodes))
+	var nodes []*nodeutil.Node
+	for i, spec := range cfg.Nodes {
+		port := cfg.KubeletBasePort + i
+		mux := http.NewServeMux()
+		var prov *dockerpods.Provider
+		n, err := nodeutil.NewNode(spec.Name,
+			func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
+				prov = dockerpods.New(shared, spec.Name, pc.ConfigMaps, pc.Secrets)
+				return prov, nil, nil
+			},
+			nodeutil.WithClient(kube),
+			nodeutil.AttachProviderRoutes(mux),
+			func(c *nodeutil.NodeConfig) error {
+				c.HTTPListenAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+				c.Handler = mux
+				c.TLSConfig = tlsCfg
+				c.SkipDownwardAPIResolution = true // dockerpods resolves env with the pod IP it allocates
+				c.NumWorkers = 4
+				describeNode(&c.NodeSpec, spec, port)
+				return nil
+			},
+		)
+		if err != nil {
+			return fmt.Errorf("node %s: %w", spec.Name, err)
+		}
+		nodes = append(nodes, n)
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			prov.Run(ctx)
+		}()
+		go func() {
+			defer wg.Done()
+			if err := n.Run(ctx); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("node %s: %w", spec.Name, err)
+				cancel()
+			}
+		}()
+	}
+	// Set only now: nodeutil.NewNode logs a spurious warning through the
+	// global logger when KUBECONFIG is unset, although a client is given.
+	log.L = vkLog
+	for _, n := range nodes {
+		if err := n.WaitReady(ctx, 0); err != nil {
+			cancel()
+			wg.Wait()
+			return errors.Join(err, drain(errs))
+		}
+	}
+	logger.Info("nodes ready", "count", len(nodes), "network", netw.Name, "subnet", netw.Subnet.String())
+	if ready != nil {
+		close(ready)
+	}
+	<-ctx.Done()
+	wg.Wait()
+	return drain(errs)
+}
+
+func drain(errs chan error) error {
+	var out []error
+	for {
+		select {
+		case err := <-errs:
+			out = append(out, err)
+		default:
+			return errors.Join(out...)
+		}
+	}
+}
+
+// describeNode fills in what the scheduler and kubectl show about a node.
+func describeNode(n *corev1.Node, spec Spec, port int) {
+	if n.Labels == nil {
+		n.Labels = map[string]string{}
+	}
+	n.Labels[LabelZone] = spec.Zone
+	n.Labels["topology.kubernetes.io/region"] = "dev"
+	n.Labels[LabelHostname] = spec.Name
+	n.Labels[LabelDevNode] = "1"
+	n.Labels["kubernetes.io/os"] = "linux"
+	n.Labels["kubernetes.io/arch"] = "amd64"
+	res := corev1.ResourceList{
+		corev1.ResourceCPU:              resource.MustParse("8"),
+		corev1.ResourceMemory:           resource.MustParse("32Gi"),
+		corev1.ResourcePods:             resource.MustParse("110"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
+	}
+	n.Status.Capacity = res
+	n.Status.Allocatable = res.DeepCopy()
+	n.Status.Addresses = []corev1.NodeAddress{
+		{Type: corev1.NodeInternalIP, Address: "127.0.0.1"},
+		{Type: corev1.NodeHostName, Address: spec.Name},
+	}
+	n.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(port)
+	n.Status.NodeInfo = corev1.NodeSystemInfo{
+		KubeletVersion:          "v1.37.2-devcluster",
+		OperatingSystem:         "linux",
+		Architecture:            "amd64",
+		ContainerRuntimeVersion: "docker://20.10",
+		OSImage:                 "valkey-operator devcluster (virtual-kubelet + Docker)",
+	}
+	n.Status.Conditions = []corev1.NodeCondition{
+		{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "Starting"},
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
+		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
+		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
+		{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionFalse, Reason: "DockerBridge"},
+	}
+}
+
+// kubeletTLS serves the kubelet API only to clients holding a certificate
+// from the cluster CA (the API server's kubelet-client certificate).
+func kubeletTLS(cfg Config) (*tls.Config, error) {
+	if cfg.ServingCertFile == "" {
+		return nil, nil
+	}
+	pair, err := tls.LoadX509KeyPair(cfg.ServingCertFile, cfg.ServingKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	caPEM, err := os.ReadFile(cfg.ClientCAFile)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, errors.New("kubelet client CA: no certificates")
+	}
+	return &tls.Config{
+		Certificates: []tls.Certificate{pair},
+		ClientCAs:    pool,
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		MinVersion:   tls.VersionTLS12,
+	}, nil
+}

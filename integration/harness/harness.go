@@ -1,0 +1,261 @@
+// Package harness starts real Valkey containers on a user-defined Docker network through
+// testcontainers-go, for the integration tests and the benchmark. No Kubernetes is involved:
+// each container is one Valkey node reachable from the host at its bridge IP.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
+	"github.com/testcontainers/testcontainers-go/network"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+func init() {
+	// Ryuk's image cannot be pulled here; every container and network is removed explicitly.
+	if os.Getenv("TESTCONTAINERS_RYUK_DISABLED") == "" {
+		os.Setenv("TESTCONTAINERS_RYUK_DISABLED", "true")
+	}
+	if os.Getenv("HARNESS_VERBOSE") == "" {
+		tclog.SetDefault(tclog.NewNoopLogger())
+	}
+}
+
+// Image is the Valkey 8.0 image (VALKEY_IMAGE, default valkey-operator/valkey:8.0).
+func Image() string { return envOr("VALKEY_IMAGE", "valkey-operator/valkey:8.0") }
+
+// Image9 is the Valkey 9.x image (VALKEY9_IMAGE, default valkey-operator/valkey:9.1).
+func Image9() string { return envOr("VALKEY9_IMAGE", "valkey-operator/valkey:9.1") }
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+// DockerProblem returns why Docker cannot be used (nil when it can), so tests can skip with a
+// clear message instead of failing on machines without Docker.
+func DockerProblem(images ...string) error {
+	if _, err := exec.LookPath("docker"); err != nil {
+		return fmt.Errorf("docker CLI not found: %w", err)
+	}
+	if out, err := exec.Command("docker", "info", "--format", "{{.ServerVersion}}").CombinedOutput(); err != nil {
+		return fmt.Errorf("docker engine not reachable: %v: %s", err, bytes.TrimSpace(out))
+	}
+	for _, img := range images {
+		if err := exec.Command("docker", "image", "inspect", img).Run(); err != nil {
+			return fmt.Errorf("image %s missing: run hack/valkey-image/build.sh (make valkey-image)", img)
+		}
+	}
+	return nil
+}
+
+// TLSFiles are PEM files mounted at /etc/valkey/tls/{ca.crt,tls.crt,tls.key}.
+type TLSFiles struct{ CA, Cert, Key []byte }
+
+// Config of the nodes of one Env; every node of an Env is started the same way.
+type Config struct {
+	Image string
+	ACL   valkeyops.ACLSpec // rendered into /etc/valkey/acl/users.acl; passwords required
+	TLS   *TLSFiles         // nil = plaintext; else TLS-only (client, replication, bus)
+	Args  []string          // extra valkey-server arguments
+}
+
+// Env is one Docker network with Valkey nodes on it.
+type Env struct {
+	cfg     Config
+	Network *testcontainers.DockerNetwork
+
+	mu         sync.Mutex
+	seq        int
+	containers map[string]*testcontainers.DockerContainer
+	nodes      []valkeyops.Node
+}
+
+// New creates the network. Close removes it and every container.
+func New(ctx context.Context, cfg Config) (*Env, error) {
+	if cfg.Image == "" {
+		cfg.Image = Image()
+	}
+	nw, err := network.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("create network: %w", err)
+	}
+	return &Env{cfg: cfg, Network: nw, containers: map[string]*testcontainers.DockerContainer{}}, nil
+}
+
+// Args is the valkey-server command line every node runs.
+func (e *Env) Args() []string {
+	args := []string{"valkey-server",
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", "nodes.conf",
+		"--cluster-node-timeout", "3000",
+		"--aclfile", "/etc/valkey/acl/users.acl",
+		"--save", "", "--appendonly", "no",
+		"--repl-diskless-sync-delay", "0",
+	}
+	if e.cfg.TLS != nil {
+		args = append(args, "--port", "0", "--tls-port", "6379",
+			"--tls-cluster", "yes", "--tls-replication", "yes",
+			"--tls-cert-file", "/etc/valkey/tls/tls.crt",
+			"--tls-key-file", "/etc/valkey/tls/tls.key",
+			"--tls-ca-cert-file", "/etc/valkey/tls/ca.crt",
+			"--tls-auth-clients", "optional")
+	} else {
+		args = append(args, "--port", "6379")
+	}
+	return append(args, e.cfg.Args...)
+}
+
+// StartNodes starts shards*perShard nodes in parallel; node i belongs to shard i/perShard.
+func (e *Env) StartNodes(ctx context.Context, shards, perShard int) ([]valkeyops.Node, error) {
+	out := make([]valkeyops.Node, shards*perShard)
+	errs := make([]error, len(out))
+	var wg sync.WaitGroup
+	for i := range out {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = e.StartNode(ctx, i/perShard)
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// StartNode starts one node for shard and returns it (Addr = bridge IP:6379).
+func (e *Env) StartNode(ctx context.Context, shard int) (valkeyops.Node, error) {
+	e.mu.Lock()
+	name := fmt.Sprintf("n%d", e.seq)
+	e.seq++
+	e.mu.Unlock()
+	files := []testcontainers.ContainerFile{{
+		Reader: bytes.NewReader([]byte(valkeyops.RenderACL(e.cfg.ACL))), ContainerFilePath: "/etc/valkey/acl/users.acl", FileMode: 0o644,
+	}}
+	if t := e.cfg.TLS; t != nil {
+		files = append(files,
+			testcontainers.ContainerFile{Reader: bytes.NewReader(t.CA), ContainerFilePath: "/etc/valkey/tls/ca.crt", FileMode: 0o644},
+			testcontainers.ContainerFile{Reader: bytes.NewReader(t.Cert), ContainerFilePath: "/etc/valkey/tls/tls.crt", FileMode: 0o644},
+			testcontainers.ContainerFile{Reader: bytes.NewReader(t.Key), ContainerFilePath: "/etc/valkey/tls/tls.key", FileMode: 0o644})
+	}
+	c, err := testcontainers.Run(ctx, e.cfg.Image,
+		testcontainers.WithCmd(e.Args()...),
+		network.WithNetwork(nil, e.Network),
+		testcontainers.WithFiles(files...),
+		testcontainers.WithConfigModifier(func(c *container.Config) { c.User = "999:999" }),
+		testcontainers.WithTmpfs(map[string]string{"/data": "rw,uid=999,gid=999"}),
+		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections").WithStartupTimeout(60*time.Second)),
+	)
+	if c != nil {
+		e.mu.Lock()
+		e.containers[name] = c
+		e.mu.Unlock()
+	}
+	if err != nil {
+		return valkeyops.Node{}, fmt.Errorf("start %s: %w", name, err)
+	}
+	ip, err := c.ContainerIP(ctx)
+	if err != nil {
+		return valkeyops.Node{}, fmt.Errorf("ip of %s: %w", name, err)
+	}
+	n := valkeyops.Node{Name: name, Addr: net.JoinHostPort(ip, "6379"), Shard: shard}
+	e.mu.Lock()
+	e.nodes = append(e.nodes, n)
+	e.mu.Unlock()
+	return n, nil
+}
+
+// Container returns the container of node name.
+func (e *Env) Container(name string) *testcontainers.DockerContainer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.containers[name]
+}
+
+// Kill sends SIGKILL to node name's container: no graceful shutdown, no shutdown failover.
+func (e *Env) Kill(ctx context.Context, name string) error {
+	c := e.Container(name)
+	if c == nil {
+		return fmt.Errorf("no container for %s", name)
+	}
+	if out, err := exec.CommandContext(ctx, "docker", "kill", "--signal", "KILL", c.GetContainerID()).CombinedOutput(); err != nil {
+		return fmt.Errorf("kill %s: %v: %s", name, err, out)
+	}
+	return nil
+}
+
+// WriteFile replaces a file inside node name's container (e.g. a rotated certificate).
+func (e *Env) WriteFile(ctx context.Context, name, path string, data []byte) error {
+	c := e.Container(name)
+	if c == nil {
+		return fmt.Errorf("no container for %s", name)
+	}
+	return c.CopyToContainer(ctx, data, path, 0o644)
+}
+
+// Exec runs a command in node name's container and returns its exit code and output.
+func (e *Env) Exec(ctx context.Context, name string, cmd ...string) (int, string, error) {
+	c := e.Container(name)
+	if c == nil {
+		return -1, "", fmt.Errorf("no container for %s", name)
+	}
+	code, r, err := c.Exec(ctx, cmd)
+	if err != nil {
+		return code, "", err
+	}
+	var b bytes.Buffer
+	_, _ = b.ReadFrom(r)
+	return code, b.String(), nil
+}
+
+// Close removes every container and the network.
+func (e *Env) Close(ctx context.Context) error {
+	e.mu.Lock()
+	cs := make([]*testcontainers.DockerContainer, 0, len(e.containers))
+	for _, c := range e.containers {
+		cs = append(cs, c)
+	}
+	e.containers = map[string]*testcontainers.DockerContainer{}
+	e.mu.Unlock()
+	var errs []error
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for _, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := c.Terminate(ctx); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if e.Network != nil {
+		if err := e.Network.Remove(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Nodes lists every node started so far, in start order.
+func (e *Env) Nodes() []valkeyops.Node {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]valkeyops.Node(nil), e.nodes...)
+}

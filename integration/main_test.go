@@ -1,0 +1,242 @@
+// Package integration proves valkeyops against real Valkey containers (testcontainers-go on a
+// user-defined Docker network, no Kubernetes). Without Docker or the local images the suite
+// skips with the reason.
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+var dockerProblem error
+
+func TestMain(m *testing.M) {
+	dockerProblem = harness.DockerProblem(harness.Image(), harness.Image9())
+	if dockerProblem != nil {
+		fmt.Fprintf(os.Stderr, "integration: SKIPPING every test: %v\n", dockerProblem)
+	}
+	os.Exit(m.Run())
+}
+
+const (
+	defaultPassword  = "default-secret"
+	operatorPassword = "operator-secret"
+)
+
+func aclSpec(users ...valkeyops.ACLUser) valkeyops.ACLSpec {
+	return valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword, Users: users}
+}
+
+// fixture is one Env plus an Admin for it.
+type fixture struct {
+	env   *harness.Env
+	admin *valkeyops.Admin
+	nodes []valkeyops.Node
+}
+
+func requireDocker(t *testing.T) {
+	t.Helper()
+	if dockerProblem != nil {
+		t.Skipf("Docker unavailable: %v", dockerProblem)
+	}
+}
+
+// newFixture starts shards*perShard nodes of image and an Admin authenticated as the operator.
+func newFixture(t *testing.T, cfg harness.Config, shards, perShard int, opts valkeyops.Options) *fixture {
+	t.Helper()
+	requireDocker(t)
+	ctx := context.Background()
+	if cfg.ACL.DefaultPassword == "" {
+		cfg.ACL = aclSpec()
+	}
+	env, err := harness.New(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := env.Close(cctx); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
+	nodes, err := env.StartNodes(ctx, shards, perShard)
+	require.NoError(t, err)
+	opts.Username = valkeyops.OperatorUser
+	opts.Password = cfg.ACL.OperatorPassword
+	admin, err := valkeyops.NewAdmin(opts)
+	require.NoError(t, err)
+	t.Cleanup(admin.Close)
+	f := &fixture{env: env, admin: admin, nodes: nodes}
+	t.Cleanup(func() {
+		if t.Failed() {
+			f.dump(t)
+		}
+	})
+	return f
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// waitHealthy polls Health until it is empty or the deadline passes.
+func waitHealthy(t *testing.T, f *fixture, nodes []valkeyops.Node, shards, replicas int, d time.Duration) *valkeyops.Snapshot {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	var reasons []string
+	for {
+		snap, err := f.admin.Observe(context.Background(), nodes)
+		require.NoError(t, err)
+		reasons = valkeyops.Health(snap, shards, replicas)
+		if len(reasons) == 0 {
+			return snap
+		}
+		if time.Now().After(deadline) {
+			require.Failf(t, "cluster not healthy", "after %s: %v", d, reasons)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// dataClient is a cluster-aware client authenticated as the default user.
+func dataClient(t *testing.T, nodes []valkeyops.Node, opts ...func(*valkey.ClientOption)) valkey.Client {
+	t.Helper()
+	o := valkey.ClientOption{Password: defaultPassword, DisableCache: true}
+	for _, n := range nodes {
+		o.InitAddress = append(o.InitAddress, n.Addr)
+	}
+	for _, fn := range opts {
+		fn(&o)
+	}
+	c, err := valkey.NewClient(o)
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
+
+// fill writes n keys "k:<i>" = "v:<i>" in pipelined batches.
+func fill(t *testing.T, c valkey.Client, prefix string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	const batch = 2000
+	for i := 0; i < n; i += batch {
+		cmds := make(valkey.Commands, 0, batch)
+		for j := i; j < min(n, i+batch); j++ {
+			cmds = append(cmds, c.B().Set().Key(prefix+strconv.Itoa(j)).Value("v"+strconv.Itoa(j)).Build())
+		}
+		for _, r := range c.DoMulti(ctx, cmds...) {
+			require.NoError(t, r.Error())
+		}
+	}
+}
+
+// verify reads every key back and counts mismatches.
+func verify(t *testing.T, c valkey.Client, prefix string, keys []int) {
+	t.Helper()
+	ctx := context.Background()
+	const batch = 2000
+	bad := 0
+	var firstErr error
+	for i := 0; i < len(keys); i += batch {
+		cmds := make(valkey.Commands, 0, batch)
+		idx := keys[i:min(len(keys), i+batch)]
+		for _, k := range idx {
+			cmds = append(cmds, c.B().Get().Key(prefix+strconv.Itoa(k)).Build())
+		}
+		for j, r := range c.DoMulti(ctx, cmds...) {
+			v, err := r.ToString()
+			if err != nil || v != "v"+strconv.Itoa(idx[j]) {
+				bad++
+				if firstErr == nil {
+					firstErr = fmt.Errorf("key %s%d: %q %v", prefix, idx[j], v, err)
+				}
+			}
+		}
+	}
+	require.Zerof(t, bad, "%d of %d keys unreadable or wrong, first: %v", bad, len(keys), firstErr)
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// writer keeps writing "w:<i>" keys until stopped and records every acknowledged one.
+type writer struct {
+	stop  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	acked []int
+	fails atomic.Int64
+}
+
+func startWriter(c valkey.Client) *writer {
+	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for i := 0; ; i++ {
+			select {
+			case <-w.stop:
+				return
+			default:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err := c.Do(ctx, c.B().Set().Key("w:"+strconv.Itoa(i)).Value("v"+strconv.Itoa(i)).Build()).Error()
+			cancel()
+			if err == nil {
+				w.mu.Lock()
+				w.acked = append(w.acked, i)
+				w.mu.Unlock()
+			} else {
+				w.fails.Add(1)
+			}
+		}
+	}()
+	return w
+}
+
+// Count is the number of writes acknowledged so far.
+func (w *writer) Count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+func (w *writer) Stop() []int {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.acked
+}
+
+// dump logs every node's CLUSTER NODES view, for failed tests.
+func (f *fixture) dump(t *testing.T) {
+	snap, err := f.admin.Observe(context.Background(), f.env.Nodes())
+	if err != nil {
+		t.Logf("dump: %v", err)
+		return
+	}
+	for _, n := range snap.Nodes {
+		t.Logf("== %s %s reachable=%v state=%s err=%v", n.Name, n.Addr, n.Reachable, n.ClusterState, n.Err)
+		for _, v := range n.View {
+			t.Logf("   %s %s:%d@%d %v primary=%s epoch=%d %s %v imp=%v mig=%v", v.ID[:8], v.IP, v.Port, v.BusPort, v.Flags, v.PrimaryID, v.ConfigEpoch, v.LinkState, v.Slots, v.Importing, v.Migrating)
+		}
+	}
+}

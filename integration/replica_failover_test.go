@@ -1,0 +1,198 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+// Remove a replica (the shard's failover is then refused with ErrNoInSyncReplica), add a new
+// replica, and fail the shard over gracefully to it: roles swap, no key is lost.
+func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
+	for _, img := range []struct{ name, image string }{{"valkey8", harness.Image()}, {"valkey9", harness.Image9()}} {
+		t.Run(img.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, harness.Config{Image: img.image}, 3, 2, valkeyops.Options{})
+			ctx := ctxT(t, 3*time.Minute)
+			require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
+			snap := waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
+			c := dataClient(t, f.nodes)
+			fill(t, c, "f:", 20_000)
+
+			var primary, replica *valkeyops.NodeState
+			for _, p := range snap.Primaries() {
+				if p.Shard == 0 {
+					primary = p
+				}
+			}
+			require.NotNil(t, primary)
+			replica = snap.ReplicasOf(primary.ID)[0]
+
+			// Remove the replica: Health wants 1 replica per shard, so it reports shard 0.
+			require.NoError(t, f.admin.RemoveNode(ctx, f.nodes, replica.Name))
+			remaining := without(f.nodes, replica.Name)
+			waitHealthy(t, f, remaining, 3, 0, 30*time.Second)
+			snap, err := f.admin.Observe(ctx, remaining)
+			require.NoError(t, err)
+			assert.Contains(t, valkeyops.Health(snap, 3, 1), "primary "+primary.Name+" has 0 of 1 linked replicas")
+
+			err = f.admin.Failover(ctx, remaining, primary.Name)
+			var opErr *valkeyops.OpError
+			require.ErrorAs(t, err, &opErr)
+			assert.ErrorIs(t, err, valkeyops.ErrNoInSyncReplica)
+			assert.Equal(t, primary.Name, opErr.Node)
+
+			// Add a new replica to shard 0.
+			added, err := f.env.StartNode(ctx, 0)
+			require.NoError(t, err)
+			nodes := append(remaining, added)
+			require.NoError(t, f.admin.Replicate(ctx, nodes, added.Name, 0))
+			snap = waitHealthy(t, f, nodes, 3, 1, 30*time.Second)
+			assert.Equal(t, primary.ID, snap.ByName(added.Name).PrimaryID)
+
+			// Graceful failover to it while a writer runs.
+			w := startWriter(c)
+			require.Eventually(t, func() bool { return w.Count() > 100 }, 30*time.Second, 10*time.Millisecond, "writer running")
+			require.NoError(t, f.admin.Failover(ctx, nodes, primary.Name))
+			acked := w.Stop()
+			snap = waitHealthy(t, f, nodes, 3, 1, 30*time.Second)
+			assert.Equal(t, valkeyops.RolePrimary, snap.ByName(added.Name).Role)
+			assert.Equal(t, valkeyops.RoleReplica, snap.ByName(primary.Name).Role)
+			assert.Equal(t, snap.ByName(added.Name).ID, snap.ByName(primary.Name).PrimaryID)
+			assert.Equal(t, valkeyops.EvenRanges(3)[0], snap.ByName(added.Name).Slots[0])
+
+			verify(t, c, "f:", seq(20_000))
+			verify(t, c, "w:", acked)
+		})
+	}
+}
+
+// SIGKILL a primary: its replica takes over, Observe reports the dead node unreachable and
+// flagged failed by the others, and after Forget plus a new replica the cluster is healthy.
+func TestKillPrimaryRecovers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, harness.Config{Image: harness.Image()}, 3, 2, valkeyops.Options{})
+	ctx := ctxT(t, 3*time.Minute)
+	require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
+	snap := waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
+	c := dataClient(t, f.nodes)
+	fill(t, c, "d:", 20_000)
+
+	var victim *valkeyops.NodeState
+	for _, p := range snap.Primaries() {
+		if p.Shard == 1 {
+			victim = p
+		}
+	}
+	require.NotNil(t, victim)
+	heir := snap.ReplicasOf(victim.ID)[0]
+	// Replication is asynchronous: kill only once the replica has every acknowledged write.
+	require.Eventually(t, func() bool {
+		s, err := f.admin.Observe(ctx, f.nodes)
+		return err == nil && s.ByName(heir.Name).ReplOffset == s.ByName(victim.Name).ReplOffset
+	}, 30*time.Second, 50*time.Millisecond)
+
+	require.NoError(t, f.env.Kill(ctx, victim.Name))
+	require.Eventually(t, func() bool {
+		s, err := f.admin.Observe(ctx, f.nodes)
+		require.NoError(t, err)
+		dead := s.ByName(victim.Name)
+		h := s.ByName(heir.Name)
+		if dead.Reachable || h.Role != valkeyops.RolePrimary || len(h.Slots) == 0 {
+			return false
+		}
+		for _, st := range s.Nodes {
+			if !st.Reachable {
+				continue
+			}
+			if st.ClusterState != "ok" {
+				return false
+			}
+			if p := st.Peer(victim.ID); p == nil || !p.HasFlag("fail") {
+				return false
+			}
+		}
+		return true
+	}, 60*time.Second, 100*time.Millisecond, "replica takes over and every node flags the dead primary")
+
+	snap, err := f.admin.Observe(ctx, f.nodes)
+	require.NoError(t, err)
+	require.Len(t, snap.Nodes, len(f.nodes), "unreachable nodes stay in the snapshot")
+	assert.False(t, snap.ByName(victim.Name).Reachable)
+	assert.Error(t, snap.ByName(victim.Name).Err)
+
+	alive := without(f.nodes, victim.Name)
+	require.NoError(t, f.admin.Forget(ctx, alive, []string{victim.ID}))
+	added, err := f.env.StartNode(ctx, 1)
+	require.NoError(t, err)
+	nodes := append(alive, added)
+	require.NoError(t, f.admin.Replicate(ctx, nodes, added.Name, 1))
+	snap = waitHealthy(t, f, nodes, 3, 1, 30*time.Second)
+	assert.Equal(t, snap.ByName(heir.Name).ID, snap.ByName(added.Name).PrimaryID)
+	for _, st := range snap.Nodes {
+		assert.Nil(t, st.Peer(victim.ID), "%s forgot the dead node", st.Name)
+	}
+	verify(t, c, "d:", seq(20_000))
+}
+
+// A rebalance interrupted while slots are open (importing/migrating, keys half moved) is
+// completed by the next run: no slot left open, no key lost.
+func TestRebalanceResumesAfterInterruption(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, harness.Config{Image: harness.Image()}, 3, 1, valkeyops.Options{})
+	ctx := ctxT(t, 3*time.Minute)
+	require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
+	waitHealthy(t, f, f.nodes, 3, 0, 30*time.Second)
+	c := dataClient(t, f.nodes)
+	fill(t, c, "r:", 100_000)
+	added, err := f.env.StartNode(ctx, 3)
+	require.NoError(t, err)
+	all := append(append([]valkeyops.Node(nil), f.nodes...), added)
+	require.NoError(t, f.admin.Bootstrap(ctx, all, 4))
+
+	// A second admin whose context is cancelled the moment the first slots are opened: the
+	// "crash" lands between SETSLOT IMPORTING/MIGRATING and the end of the key moves.
+	crashCtx, crash := context.WithCancel(ctx)
+	crashing, err := valkeyops.NewAdmin(valkeyops.Options{
+		Username: valkeyops.OperatorUser, Password: operatorPassword,
+		Log: func(format string, args ...any) {
+			if len(format) >= 6 && format[:6] == "opened" {
+				crash()
+			}
+		},
+	})
+	require.NoError(t, err)
+	defer crashing.Close()
+	require.Error(t, crashing.Rebalance(crashCtx, all, nil))
+
+	snap, err := f.admin.Observe(ctx, all)
+	require.NoError(t, err)
+	open := 0
+	for _, p := range snap.Primaries() {
+		open += len(p.Self().Importing) + len(p.Self().Migrating)
+	}
+	require.Positive(t, open, "the interrupted run left slots open")
+
+	require.NoError(t, f.admin.Rebalance(ctx, all, nil))
+	snap = waitHealthy(t, f, all, 4, 0, 30*time.Second)
+	for _, p := range snap.Primaries() {
+		assert.InDelta(t, valkeyops.SlotCount/4, valkeyops.CountSlots(p.Slots), 1)
+	}
+	verify(t, c, "r:", seq(100_000))
+}
+
+func without(nodes []valkeyops.Node, name string) []valkeyops.Node {
+	var out []valkeyops.Node
+	for _, n := range nodes {
+		if n.Name != name {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -1,0 +1,79 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+const scaleKeys = 100_000
+
+// Scale 3->4 and back 4->3 with 100k keys written before and a writer running during both
+// moves: every key and every acknowledged write is readable afterwards.
+func TestScaleOutAndIn(t *testing.T) {
+	for _, img := range []struct{ name, image string }{{"valkey8", harness.Image()}, {"valkey9", harness.Image9()}} {
+		t.Run(img.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, harness.Config{Image: img.image}, 3, 2, valkeyops.Options{Log: t.Logf})
+			ctx := ctxT(t, 5*time.Minute)
+			require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
+			waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
+
+			c := dataClient(t, f.nodes)
+			fill(t, c, "k:", scaleKeys)
+
+			added, err := f.env.StartNodes(ctx, 1, 2)
+			require.NoError(t, err)
+			for i := range added {
+				added[i].Shard = 3
+			}
+			all := append(append([]valkeyops.Node(nil), f.nodes...), added...)
+
+			w := startWriter(c)
+			start := time.Now()
+			require.NoError(t, f.admin.Bootstrap(ctx, all, 4), "join the new shard")
+			require.NoError(t, f.admin.Rebalance(ctx, all, nil))
+			t.Logf("scale-out 3->4 took %s", time.Since(start))
+			snap := waitHealthy(t, f, all, 4, 1, 30*time.Second)
+			for _, p := range snap.Primaries() {
+				n := valkeyops.CountSlots(p.Slots)
+				assert.InDelta(t, valkeyops.SlotCount/4, n, 1, "primary %s owns an even share", p.Name)
+			}
+
+			// Scale in: drain the new shard's primary (whichever node that is now), then remove
+			// both of its nodes.
+			var leaving []string
+			for _, p := range snap.Primaries() {
+				if p.Shard == 3 {
+					leaving = append(leaving, p.Name)
+				}
+			}
+			require.Len(t, leaving, 1)
+			start = time.Now()
+			require.NoError(t, f.admin.Rebalance(ctx, all, leaving))
+			t.Logf("scale-in 4->3 took %s", time.Since(start))
+			acked := w.Stop()
+			t.Logf("writer: %d acknowledged, %d failed", len(acked), w.fails.Load())
+			require.NotEmpty(t, acked)
+
+			snap, err = f.admin.Observe(ctx, all)
+			require.NoError(t, err)
+			require.Empty(t, snap.ByName(leaving[0]).Slots)
+			for _, n := range added {
+				if n.Name != leaving[0] {
+					require.NoError(t, f.admin.RemoveNode(ctx, all, n.Name))
+				}
+			}
+			require.NoError(t, f.admin.RemoveNode(ctx, all, leaving[0]))
+			waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
+
+			verify(t, c, "k:", seq(scaleKeys))
+			verify(t, c, "w:", acked)
+		})
+	}
+}

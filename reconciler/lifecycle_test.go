@@ -1,0 +1,590 @@
+package reconciler_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/reconciler/internal/testcerts"
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// TestCreatingToActive walks a new cluster through the seed's bootstrap: Creating with the
+// targetSpec snapshot while pods are not running yet, then Active with targetSpec cleared
+// and every ValkeyNode Active with pod IP, node ID and role.
+func TestCreatingToActive(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	kubelet.pause(ns, true)
+	cfgName := menu(t, ns, map[string]string{"maxmemory-policy": "noeviction"})
+	key := createCluster(t, ns, "c1", cfgName, clusterOpts{shards: 3, replicas: 1})
+
+	st := waitState(t, key, views.StateCreating)
+	require.NotNil(t, st.Target)
+	assert.Equal(t, views.TargetSpec{Shards: 3, ReplicasPerShard: 1}, *st.Target)
+	assert.Empty(t, st.Message)
+
+	// Nodes are created and Joining; pods wait for the kubelet; nothing touches Valkey yet.
+	require.True(t, pollUntil(waitFor, func() bool { return len(listNodes(t, key)) == 6 && len(listPods(t, key)) == 6 }))
+	for _, n := range listNodes(t, key) {
+		assert.Equal(t, views.LifecycleJoining, n.Status().Lifecycle)
+	}
+	assert.Equal(t, 0, fake.bootstrapCount(key), "no bootstrap before pods run")
+	assert.Equal(t, views.StateCreating, getCluster(t, key).Status().State)
+
+	kubelet.pause(ns, false)
+	st = waitState(t, key, views.StateActive)
+	assert.Nil(t, st.Target, "targetSpec cleared at Active")
+	assert.Empty(t, st.Message)
+	assert.GreaterOrEqual(t, fake.bootstrapCount(key), 1)
+
+	cluster := getCluster(t, key)
+	nodes := listNodes(t, key)
+	require.Len(t, nodes, 6)
+	perShard := map[int]int{}
+	roles := map[string]int{}
+	for _, n := range nodes {
+		s := n.Status()
+		assert.Equal(t, views.LifecycleActive, s.Lifecycle, n.Name())
+		assert.NotEmpty(t, s.PodIP)
+		assert.Equal(t, "id-"+n.Name(), s.NodeID)
+		roles[s.Role]++
+		perShard[n.Shard()]++
+		assert.Regexp(t, `^c1-[0-9a-f]{5}$`, n.Name())
+		assert.True(t, metav1.IsControlledBy(n.U, cluster.U), "node owned by the cluster")
+		spec := n.Spec()
+		assert.Equal(t, "valkey/valkey:9.0.0", spec.Image)
+		assert.Equal(t, "9.0.0", spec.Version)
+		assert.Equal(t, map[string]string{"maxmemory-policy": "noeviction"}, spec.Valkey)
+		assert.NotEmpty(t, spec.SpecHash)
+		assert.Equal(t, "bestEffort", spec.Placement.ZoneSpread, "operator default")
+		assert.Equal(t, fmt.Sprint(spec.Shard), n.U.GetLabels()[render.LabelShard])
+	}
+	assert.Equal(t, map[int]int{0: 2, 1: 2, 2: 2}, perShard)
+	assert.Equal(t, map[string]int{"primary": 3, "replica": 3}, roles)
+	for _, p := range listPods(t, key) {
+		require.Len(t, p.OwnerReferences, 1)
+		assert.Equal(t, crds.KindNode, p.OwnerReferences[0].Kind, "pods are owned by their ValkeyNode")
+	}
+
+	// Owned objects.
+	svc := &corev1.Service{}
+	getObj(t, svc, ns, "c1")
+	assert.Equal(t, corev1.ClusterIPNone, svc.Spec.ClusterIP)
+	assert.True(t, svc.Spec.PublishNotReadyAddresses)
+	assert.Len(t, svc.Spec.Ports, 2)
+	sec := &corev1.Secret{}
+	getObj(t, sec, ns, "c1-auth")
+	assert.Len(t, sec.Data["password"], 64)
+	assert.Len(t, sec.Data["operator-password"], 64)
+	assert.NotEqual(t, sec.Data["password"], sec.Data["operator-password"])
+	cm := &corev1.ConfigMap{}
+	getObj(t, cm, ns, "c1-acl")
+	assert.Contains(t, cm.Data["users.acl"], "#"+hashHex(string(sec.Data["operator-password"])))
+	assert.NotContains(t, cm.Data["users.acl"], string(sec.Data["password"]), "no plaintext password")
+	for _, o := range []client.Object{svc, sec, cm} {
+		assert.True(t, metav1.IsControlledBy(o, cluster.U), "%s owned by the cluster", o.GetName())
+		assert.Equal(t, "valkey-operator", o.GetLabels()["app.kubernetes.io/managed-by"])
+		assert.Equal(t, "c1", o.GetLabels()["valkey.gomomento.com/cluster"])
+	}
+
+	conn := fake.lastConn(key)
+	assert.Equal(t, "operator", conn.Username)
+	assert.Equal(t, string(sec.Data["operator-password"]), conn.Password)
+	assert.Nil(t, conn.TLS)
+
+	waitEvent(t, key, corev1.EventTypeNormal, "NodeCreated", "shard 2")
+	waitEvent(t, key, corev1.EventTypeNormal, "ClusterFormed", "3 shards")
+	waitEvent(t, key, corev1.EventTypeNormal, "StateChanged", "Creating -> Active")
+}
+
+// TestSnapshotDefersTopologyEdits: shards/replicas edits made while Creating do not change
+// the snapshot or the nodes being bootstrapped; the snapshot is cleared at Active.
+func TestSnapshotDefersTopologyEdits(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	cfgName := menu(t, ns, nil)
+	key := types.NamespacedName{Namespace: ns, Name: "snap"}
+	fake.block(key, true)
+	createCluster(t, ns, "snap", cfgName, clusterOpts{shards: 1, replicas: 0})
+	waitStatus(t, key, "snapshot", func(s views.Status) bool {
+		return s.State == views.StateCreating && s.Target != nil
+	})
+	require.True(t, pollUntil(waitFor, func() bool { return fake.bootstrapCount(key) > 0 }), "bootstrap ran")
+
+	editCluster(t, key, func(c views.Cluster) {
+		c.SetShards(3)
+		c.SetReplicasPerShard(2)
+	})
+	// Let several reconciles pass (each bumps the counter) and check nothing moved.
+	before := rec.ReconcilesOf(key)
+	require.True(t, pollUntil(waitFor, func() bool { return rec.ReconcilesOf(key) > before+5 }))
+	st := getCluster(t, key).Status()
+	assert.Equal(t, views.StateCreating, st.State)
+	assert.Equal(t, views.TargetSpec{Shards: 1, ReplicasPerShard: 0}, *st.Target)
+	assert.Len(t, listNodes(t, key), 1, "bootstrap topology comes from the snapshot")
+
+	fake.block(key, false)
+	st = waitState(t, key, views.StateActive)
+	assert.Nil(t, st.Target)
+	assert.Len(t, listNodes(t, key), 1)
+}
+
+// TestMissingReferencesBlockThenUnblock: a missing ValkeyConfig, a missing base, a baseRef
+// cycle and a missing ValkeyImage each keep the cluster Creating with a Warning Event; an
+// external fix (no spec edit) unblocks it.
+func TestMissingReferencesBlockThenUnblock(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		setup  func(t *testing.T, p string) (configRef string)
+		reason string // substring of the Warning Event
+		fix    func(t *testing.T, p string)
+	}{
+		{
+			name: "missing config",
+			setup: func(t *testing.T, p string) string {
+				createImage(t, p+"-img", "valkey/valkey", "8.0.1", "8.0.1")
+				return p + "-cfg"
+			},
+			reason: `ValkeyConfig "%s-cfg" not found`,
+			fix:    func(t *testing.T, p string) { createConfig(t, p+"-cfg", p+"-img", "", nil) },
+		},
+		{
+			name: "missing base",
+			setup: func(t *testing.T, p string) string {
+				createImage(t, p+"-img", "valkey/valkey", "8.0.1", "8.0.1")
+				createConfig(t, p+"-cfg", "", p+"-base", nil)
+				return p + "-cfg"
+			},
+			reason: `ValkeyConfig "%s-base" not found (baseRef of ValkeyConfig "%[1]s-cfg")`,
+			fix:    func(t *testing.T, p string) { createConfig(t, p+"-base", p+"-img", "", nil) },
+		},
+		{
+			name: "cycle",
+			setup: func(t *testing.T, p string) string {
+				createImage(t, p+"-img", "valkey/valkey", "8.0.1", "8.0.1")
+				createConfig(t, p+"-a", "", p+"-b", nil)
+				createConfig(t, p+"-b", p+"-img", p+"-a", nil)
+				return p + "-a"
+			},
+			reason: `baseRef cycle: %s-a -> %[1]s-b -> %[1]s-a`,
+			fix: func(t *testing.T, p string) {
+				u := views.NewConfigObject()
+				require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Name: p + "-b"}, u))
+				views.Config{U: u}.SetBaseRef("")
+				require.NoError(t, k8s.Update(context.Background(), u))
+			},
+		},
+		{
+			name:   "missing image",
+			setup:  func(t *testing.T, p string) string { createConfig(t, p+"-cfg", p+"-img", "", nil); return p + "-cfg" },
+			reason: `ValkeyImage "%s-img" not found`,
+			fix:    func(t *testing.T, p string) { createImage(t, p+"-img", "valkey/valkey", "8.0.1", "8.0.1") },
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			key := createCluster(t, ns, "c", tc.setup(t, ns), clusterOpts{shards: 1, replicas: 1})
+			waitEvent(t, key, corev1.EventTypeWarning, "ConfigUnresolved", fmt.Sprintf(tc.reason, ns))
+			st := getCluster(t, key).Status()
+			assert.Equal(t, views.StateCreating, st.State)
+			assert.Empty(t, st.Message, "message is only for Invalid")
+			assert.Empty(t, listNodes(t, key), "no nodes without a resolved config")
+
+			tc.fix(t, ns)
+			waitState(t, key, views.StateActive)
+			assert.Equal(t, "valkey/valkey:8.0.1", listNodes(t, key)[0].Spec().Image)
+		})
+	}
+}
+
+// TestTLSInvalidRecovers covers every TLS failure kind with its exact message, the
+// maintenance that continues while Invalid, and the automatic Invalid -> Creating -> Active
+// recovery once the Secret is fixed in place.
+func TestTLSInvalidRecovers(t *testing.T) {
+	t.Parallel()
+	type secretData = map[string][]byte
+	tests := []struct {
+		name    string
+		break_  func(good testcerts.Bundle, ns string) (secretData, bool) // data, exists
+		message string
+	}{
+		{name: "not found", message: `TLS Secret "tls" not found`,
+			break_: func(testcerts.Bundle, string) (secretData, bool) { return nil, false }},
+		{name: "missing tls.key", message: `TLS Secret "tls" missing required key "tls.key"`,
+			break_: func(g testcerts.Bundle, _ string) (secretData, bool) {
+				d := g.Data()
+				delete(d, "tls.key")
+				return d, true
+			}},
+		{name: "missing ca.crt", message: `TLS Secret "tls" missing required key "ca.crt"`,
+			break_: func(g testcerts.Bundle, _ string) (secretData, bool) {
+				d := g.Data()
+				delete(d, "ca.crt")
+				return d, true
+			}},
+		{name: "invalid tls.crt", message: `TLS Secret "tls" key "tls.crt" is not a valid PEM-encoded X.509 certificate`,
+			break_: func(g testcerts.Bundle, _ string) (secretData, bool) {
+				d := g.Data()
+				d["tls.crt"] = []byte("not pem")
+				return d, true
+			}},
+		{name: "invalid ca.crt", message: `TLS Secret "tls" key "ca.crt" is not a valid PEM-encoded X.509 certificate`,
+			break_: func(g testcerts.Bundle, _ string) (secretData, bool) {
+				d := g.Data()
+				d["ca.crt"] = g.Key // PEM, but not a certificate
+				return d, true
+			}},
+		{name: "invalid private key", message: `TLS Secret "tls" key "tls.key" is not a valid PEM-encoded private key`,
+			break_: func(g testcerts.Bundle, _ string) (secretData, bool) {
+				d := g.Data()
+				d["tls.key"] = []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n")
+				return d, true
+			}},
+		{name: "key mismatch", message: `TLS Secret "tls" private key does not match certificate`,
+			break_: func(g testcerts.Bundle, _ string) (secretData, bool) {
+				d := g.Data()
+				d["tls.key"] = testcerts.OtherKey(t)
+				return d, true
+			}},
+		{name: "missing service SAN", message: `TLS Secret "tls" certificate is missing SAN "c.%s.svc.cluster.local"`,
+			break_: func(_ testcerts.Bundle, ns string) (secretData, bool) {
+				return testcerts.New(t, testcerts.Options{DNSNames: []string{"*.c." + ns + ".svc.cluster.local"}}).Data(), true
+			}},
+		{name: "missing wildcard SAN", message: `TLS Secret "tls" certificate is missing SAN "*.c.%s.svc.cluster.local"`,
+			break_: func(_ testcerts.Bundle, ns string) (secretData, bool) {
+				return testcerts.New(t, testcerts.Options{DNSNames: []string{"c." + ns + ".svc.cluster.local"}}).Data(), true
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			good := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster("c", ns)})
+			data, present := tc.break_(good, ns)
+			if present {
+				require.NoError(t, k8s.Create(context.Background(), &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: ns}, Data: data}))
+			}
+			key := types.NamespacedName{Namespace: ns, Name: "c"}
+			fake.block(key, true) // hold Creating after recovery so the test can see it
+			createCluster(t, ns, "c", menu(t, ns, nil), clusterOpts{shards: 1, replicas: 0, tlsSecret: "tls"})
+
+			want := tc.message
+			if strings.Contains(want, "%s") {
+				want = fmt.Sprintf(want, ns)
+			}
+			st := waitState(t, key, views.StateInvalid)
+			assert.Equal(t, want, st.Message)
+			waitEvent(t, key, corev1.EventTypeWarning, "InvalidTLSSecret", want)
+
+			// While Invalid: Service, auth Secret and ACL ConfigMap are maintained, but no
+			// topology action is taken.
+			require.True(t, pollUntil(waitFor, func() bool {
+				return exists(ns, "c", &corev1.Service{}) && exists(ns, "c-auth", &corev1.Secret{}) && exists(ns, "c-acl", &corev1.ConfigMap{})
+			}))
+			before := rec.ReconcilesOf(key)
+			require.True(t, pollUntil(waitFor, func() bool { return rec.ReconcilesOf(key) > before+3 }))
+			assert.Empty(t, listNodes(t, key), "no topology action while Invalid")
+			assert.Equal(t, 0, fake.callCount(key), "Valkey is not touched while Invalid")
+			assert.Equal(t, want, getCluster(t, key).Status().Message)
+
+			// Fix the Secret in place: Creating with the message cleared, then Active.
+			fixed := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: ns}, Data: good.Data()}
+			if present {
+				cur := &corev1.Secret{}
+				getObj(t, cur, ns, "tls")
+				cur.Data = good.Data()
+				require.NoError(t, k8s.Update(context.Background(), cur))
+			} else {
+				require.NoError(t, k8s.Create(context.Background(), fixed))
+			}
+			st = waitState(t, key, views.StateCreating)
+			assert.Empty(t, st.Message, "message cleared on recovery")
+			fake.block(key, false)
+			st = waitState(t, key, views.StateActive)
+			assert.Empty(t, st.Message)
+			assert.Nil(t, st.Target)
+			conn := fake.lastConn(key)
+			require.NotNil(t, conn.TLS, "TLS cluster is dialled over TLS")
+			assert.Equal(t, "c."+ns+".svc.cluster.local", conn.TLS.ServerName)
+			assert.NotNil(t, conn.TLS.RootCAs)
+		})
+	}
+}
+
+func exists(ns, name string, obj client.Object) bool {
+	err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+	return err == nil
+}
+
+// TestActiveToInvalidAndBack: a formed cluster whose Secret breaks goes Invalid (any state
+// -> Invalid) and recovers through Creating as a no-op: no new nodes, no second bootstrap,
+// the generated passwords untouched.
+func TestActiveToInvalidAndBack(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	good := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster("c", ns)})
+	require.NoError(t, k8s.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: ns}, Data: good.Data()}))
+	key := createCluster(t, ns, "c", menu(t, ns, nil), clusterOpts{shards: 2, replicas: 1, tlsSecret: "tls"})
+	waitState(t, key, views.StateActive)
+	nodesBefore := names(listNodes(t, key))
+	auth := &corev1.Secret{}
+	getObj(t, auth, ns, "c-auth")
+	boots := fake.bootstrapCount(key)
+
+	sec := &corev1.Secret{}
+	getObj(t, sec, ns, "tls")
+	delete(sec.Data, "ca.crt")
+	require.NoError(t, k8s.Update(context.Background(), sec))
+	st := waitState(t, key, views.StateInvalid)
+	assert.Equal(t, `TLS Secret "tls" missing required key "ca.crt"`, st.Message)
+
+	getObj(t, sec, ns, "tls")
+	sec.Data = good.Data()
+	require.NoError(t, k8s.Update(context.Background(), sec))
+	st = waitState(t, key, views.StateActive)
+	assert.Empty(t, st.Message)
+	assert.Nil(t, st.Target)
+	assert.Equal(t, nodesBefore, names(listNodes(t, key)), "no new nodes")
+	assert.Equal(t, boots, fake.bootstrapCount(key), "formed cluster passes bootstrap as a no-op")
+	auth2 := &corev1.Secret{}
+	getObj(t, auth2, ns, "c-auth")
+	assert.Equal(t, auth.Data, auth2.Data, "passwords never regenerated")
+	waitEvent(t, key, corev1.EventTypeNormal, "StateChanged", "Invalid -> Creating")
+}
+
+func names(nodes []views.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name())
+	}
+	return out
+}
+
+// TestExpiredCertificateStaysActive: expiry only warns (Warning Event), never Invalid.
+func TestExpiredCertificateStaysActive(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	expired := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster("c", ns),
+		NotBefore: time.Now().Add(-72 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+	require.NoError(t, k8s.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: ns}, Data: expired.Data()}))
+	key := createCluster(t, ns, "c", menu(t, ns, nil), clusterOpts{shards: 1, replicas: 1, tlsSecret: "tls"})
+	st := waitState(t, key, views.StateActive)
+	assert.Empty(t, st.Message)
+	waitEvent(t, key, corev1.EventTypeWarning, "CertificateExpired", `TLS Secret "tls" certificate expired`)
+	// Still Active after more reconciles.
+	before := rec.ReconcilesOf(key)
+	require.True(t, pollUntil(waitFor, func() bool { return rec.ReconcilesOf(key) > before+3 }))
+	assert.Equal(t, views.StateActive, getCluster(t, key).Status().State)
+}
+
+// TestRenderedPod checks the pods as the API server stores them, for both zoneSpread modes.
+func TestRenderedPod(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		placement  views.Placement
+		tls        bool
+		wantSpread []corev1.UnsatisfiableConstraintAction
+	}{
+		{name: "bestEffort default", placement: views.Placement{Zones: []string{"z-a", "z-b"}, NodeSelector: map[string]string{"pool": "valkey"}},
+			wantSpread: []corev1.UnsatisfiableConstraintAction{corev1.ScheduleAnyway, corev1.ScheduleAnyway}},
+		{name: "required with TLS", placement: views.Placement{Zones: []string{"z-a", "z-b", "z-c"}, ZoneSpread: "required"}, tls: true,
+			wantSpread: []corev1.UnsatisfiableConstraintAction{corev1.DoNotSchedule, corev1.ScheduleAnyway, corev1.ScheduleAnyway}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			o := clusterOpts{shards: 1, replicas: 1, placement: tc.placement,
+				annotations: map[string]string{"example.com/team": "payments"}}
+			if tc.tls {
+				good := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster("c", ns)})
+				require.NoError(t, k8s.Create(context.Background(), &corev1.Secret{
+					ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: ns}, Data: good.Data()}))
+				o.tlsSecret = "tls"
+			}
+			key := createCluster(t, ns, "c", menu(t, ns, map[string]string{"maxmemory": "100mb"}), o)
+			waitState(t, key, views.StateActive)
+			pods := listPods(t, key)
+			require.Len(t, pods, 2)
+			for _, pod := range pods {
+				assert.Equal(t, map[string]string{"example.com/team": "payments"}, pod.Annotations)
+				assert.Equal(t, pod.Name, pod.Spec.Hostname)
+				assert.Equal(t, "c", pod.Spec.Subdomain)
+				assert.Equal(t, tc.placement.NodeSelector, pod.Spec.NodeSelector)
+				psc := pod.Spec.SecurityContext
+				assert.True(t, *psc.RunAsNonRoot)
+				assert.EqualValues(t, 999, *psc.RunAsUser)
+				assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, psc.SeccompProfile.Type)
+				ctr := pod.Spec.Containers[0]
+				assert.Equal(t, "valkey", ctr.Name)
+				assert.Equal(t, []string{"valkey-server"}, ctr.Command)
+				assert.False(t, *ctr.SecurityContext.AllowPrivilegeEscalation)
+				assert.Equal(t, []corev1.Capability{"ALL"}, ctr.SecurityContext.Capabilities.Drop)
+				assert.Equal(t, "100m", ctr.Resources.Limits.Cpu().String())
+				assert.Equal(t, "256Mi", ctr.Resources.Requests.Memory().String())
+				assert.EqualValues(t, 6379, ctr.ReadinessProbe.TCPSocket.Port.IntValue())
+				assert.Subset(t, ctr.Args, []string{"--cluster-announce-ip", "$(POD_IP)", "--maxmemory", "100mb", "--aclfile"})
+				expr := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
+				assert.Equal(t, "topology.kubernetes.io/zone", expr.Key)
+				assert.ElementsMatch(t, tc.placement.Zones, expr.Values)
+				var got []corev1.UnsatisfiableConstraintAction
+				for _, c := range pod.Spec.TopologySpreadConstraints {
+					got = append(got, c.WhenUnsatisfiable)
+				}
+				assert.Equal(t, tc.wantSpread, got)
+				if tc.tls {
+					assert.Subset(t, ctr.Args, []string{"--tls-port", "--tls-cluster", "--tls-replication", "/etc/valkey/tls/tls.crt"})
+					assert.Contains(t, strings.Join(ctr.Args, " "), "--port 0")
+					found := false
+					for _, v := range pod.Spec.Volumes {
+						if v.Secret != nil && v.Secret.SecretName == "tls" {
+							found = true
+						}
+					}
+					assert.True(t, found, "TLS Secret mounted")
+				} else {
+					assert.Contains(t, strings.Join(ctr.Args, " "), "--port 6379")
+					assert.NotContains(t, ctr.Args, "--tls-port")
+				}
+			}
+		})
+	}
+}
+
+// TestIdleClusterMakesNoWrites: once Active, an idle cluster causes zero API writes across a
+// window of reconciles driven by informer resyncs. Every object in the namespace (owned,
+// menu-related and Events) is listed before and after; any write would change a
+// resourceVersion. VALKEY_IDLE_WINDOW (a Go duration) sets the window, 60s by default.
+func TestIdleClusterMakesNoWrites(t *testing.T) {
+	t.Parallel()
+	window := time.Minute
+	if v := os.Getenv("VALKEY_IDLE_WINDOW"); v != "" {
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err)
+		window = d
+	}
+	ns := newNamespace(t)
+	good := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster("c", ns)})
+	require.NoError(t, k8s.Create(context.Background(), &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: ns}, Data: good.Data()}))
+	key := createCluster(t, ns, "c", menu(t, ns, nil), clusterOpts{shards: 2, replicas: 1, tlsSecret: "tls",
+		acl: []views.ACLUser{{Username: "app", PasswordHashes: []string{hashHex("pw")},
+			Permissions: []views.ACLPermission{{RoleRef: "missing-role-" + ns, Keys: []views.KeyPermission{{Pattern: "app:*", Access: "readwrite"}}}}}}})
+	waitState(t, key, views.StateActive)
+	// Let the Events of the transition land before taking the baseline.
+	waitEvent(t, key, corev1.EventTypeNormal, "StateChanged", "Creating -> Active")
+
+	before := snapshotNamespace(t, ns)
+	calls := fake.callCount(key)
+	reconciles := rec.ReconcilesOf(key)
+	start := time.Now()
+	time.Sleep(window) // the window itself is what is being measured
+	after := snapshotNamespace(t, ns)
+	passes := rec.ReconcilesOf(key) - reconciles
+
+	minPasses := int64(window / resync / 2)
+	t.Logf("idle window %s: %d reconcile passes of this cluster (resync %s), %d objects watched", time.Since(start).Round(time.Second), passes, resync, len(before))
+	assert.GreaterOrEqual(t, passes, minPasses, "the window must really contain idle reconciles")
+	assert.Equal(t, before, after, "an idle cluster makes zero API writes")
+	assert.Equal(t, calls, fake.callCount(key), "an idle Active cluster does not dial Valkey")
+}
+
+// snapshotNamespace maps kind/name to resourceVersion for everything the operator could
+// write in ns.
+func snapshotNamespace(t *testing.T, ns string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	add := func(kind string, items []client.Object) {
+		for _, o := range items {
+			out[kind+"/"+o.GetName()] = o.GetResourceVersion()
+		}
+	}
+	ctx := context.Background()
+	cl := views.NewClusterListObject()
+	require.NoError(t, k8s.List(ctx, cl, client.InNamespace(ns)))
+	nl := views.NewNodeListObject()
+	require.NoError(t, k8s.List(ctx, nl, client.InNamespace(ns)))
+	var objs []client.Object
+	for i := range cl.Items {
+		objs = append(objs, &cl.Items[i])
+	}
+	add("ValkeyCluster", objs)
+	objs = nil
+	for i := range nl.Items {
+		objs = append(objs, &nl.Items[i])
+	}
+	add("ValkeyNode", objs)
+	pods := &corev1.PodList{}
+	require.NoError(t, k8s.List(ctx, pods, client.InNamespace(ns)))
+	for i := range pods.Items {
+		out["Pod/"+pods.Items[i].Name] = pods.Items[i].ResourceVersion
+	}
+	svcs := &corev1.ServiceList{}
+	require.NoError(t, k8s.List(ctx, svcs, client.InNamespace(ns)))
+	for i := range svcs.Items {
+		out["Service/"+svcs.Items[i].Name] = svcs.Items[i].ResourceVersion
+	}
+	secs := &corev1.SecretList{}
+	require.NoError(t, k8s.List(ctx, secs, client.InNamespace(ns)))
+	for i := range secs.Items {
+		out["Secret/"+secs.Items[i].Name] = secs.Items[i].ResourceVersion
+	}
+	cms := &corev1.ConfigMapList{}
+	require.NoError(t, k8s.List(ctx, cms, client.InNamespace(ns)))
+	for i := range cms.Items {
+		out["ConfigMap/"+cms.Items[i].Name] = cms.Items[i].ResourceVersion
+	}
+	evs := &eventsv1.EventList{}
+	require.NoError(t, k8s.List(ctx, evs, client.InNamespace(ns)))
+	for i := range evs.Items {
+		out["Event/"+evs.Items[i].Name] = evs.Items[i].ResourceVersion
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+// TestACLConfigMapFollowsRoles: the ACL ConfigMap is rendered from spec.acl and the
+// ValkeyRoles it names; a missing role is warned about and left out (fewer rights, never
+// more), and creating it re-renders the file.
+func TestACLConfigMapFollowsRoles(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	role := "reader-" + ns
+	key := createCluster(t, ns, "c", menu(t, ns, nil), clusterOpts{shards: 1, replicas: 0,
+		acl: []views.ACLUser{{Username: "app", PasswordHashes: []string{hashHex("app-pw")},
+			Permissions: []views.ACLPermission{{RoleRef: role, Keys: []views.KeyPermission{{Pattern: "app:*", Access: "read"}}}}}}})
+	waitEvent(t, key, corev1.EventTypeWarning, "RoleMissing", role)
+	cm := &corev1.ConfigMap{}
+	require.True(t, pollUntil(waitFor, func() bool { return exists(ns, "c-acl", cm) }))
+	assert.Contains(t, cm.Data["users.acl"], "user app on #"+hashHex("app-pw"))
+	assert.NotContains(t, cm.Data["users.acl"], "+@read")
+
+	r := views.Role{U: views.NewRoleObject()}
+	r.U.SetName(role)
+	r.SetCategories([]views.Rule{{Name: "read", Allow: true}})
+	r.SetCommands([]views.Rule{{Name: "keys", Allow: false}})
+	require.NoError(t, k8s.Create(context.Background(), r.U))
+	require.True(t, pollUntil(waitFor, func() bool {
+		return exists(ns, "c-acl", cm) && strings.Contains(cm.Data["users.acl"], "+@read -keys")
+	}), "ACL re-rendered after the role appeared: %q", cm.Data["users.acl"])
+}

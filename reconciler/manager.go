@@ -1,0 +1,140 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/settings"
+	"github.com/gomomento/valkey-operator/reconciler/topology"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// ManagerConfig configures NewManager.
+type ManagerConfig struct {
+	// Namespace is the operator's own namespace: the settings ConfigMap and the leader lease.
+	Namespace string
+	// LeaderElection turns on leader election (a Lease in Namespace).
+	LeaderElection   bool
+	LeaderElectionID string
+	// MetricsAddr and ProbeAddr are bind addresses; "0" disables the endpoint.
+	MetricsAddr string
+	ProbeAddr   string
+	// SyncPeriod is the informer resync period (0 = controller-runtime's default).
+	SyncPeriod      time.Duration
+	RecheckInterval time.Duration
+	PollInterval    time.Duration
+	Valkey          topology.Valkey
+	// SkipNameValidation allows several managers with this controller in one process
+	// (tests only: controller names must otherwise be unique for their metrics).
+	SkipNameValidation bool
+	// GracefulShutdownTimeout bounds how long running reconciles may take on stop (0 = default).
+	GracefulShutdownTimeout time.Duration
+}
+
+// EventReporter is the reporting controller name on the operator's Events.
+const EventReporter = "valkey-operator"
+
+// NewManager builds the controller-runtime manager with the ValkeyCluster controller. It
+// reads the operator settings first, with a direct (uncached) client, so an invalid
+// valkey-operator-config stops start-up with a clear error (a *settings.InvalidError).
+func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.Manager, *Reconciler, error) {
+	if mc.Valkey == nil {
+		return nil, nil, fmt.Errorf("no Valkey topology implementation configured")
+	}
+	if mc.Namespace == "" {
+		return nil, nil, fmt.Errorf("the operator namespace is not set (POD_NAMESPACE or --namespace)")
+	}
+	direct, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating API client: %w", err)
+	}
+	st, err := settings.Load(ctx, direct, mc.Namespace)
+	if err != nil {
+		return nil, nil, fmt.Errorf("operator settings: %w", err)
+	}
+	if err := checkCRDs(direct); err != nil {
+		return nil, nil, err
+	}
+
+	if mc.LeaderElectionID == "" {
+		mc.LeaderElectionID = "valkey-operator-leader"
+	}
+	managed := labels.SelectorFromSet(labels.Set{render.LabelManagedBy: render.ManagedBy})
+	copts := cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			// Only the operator's own pods and ConfigMaps; TLS Secrets are user-made, so
+			// Secrets are cached unfiltered.
+			&corev1.Pod{}:       {Label: managed},
+			&corev1.ConfigMap{}: {Label: managed},
+		},
+	}
+	if mc.SyncPeriod > 0 {
+		copts.SyncPeriod = &mc.SyncPeriod
+	}
+	var graceful *time.Duration
+	if mc.GracefulShutdownTimeout > 0 {
+		graceful = &mc.GracefulShutdownTimeout
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		GracefulShutdownTimeout:       graceful,
+		Scheme:                        clientgoscheme.Scheme,
+		Metrics:                       metricsserver.Options{BindAddress: mc.MetricsAddr},
+		HealthProbeBindAddress:        mc.ProbeAddr,
+		LeaderElection:                mc.LeaderElection,
+		LeaderElectionID:              mc.LeaderElectionID,
+		LeaderElectionNamespace:       mc.Namespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         copts,
+		// Serve unstructured reads from the informer cache too (off by default).
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if mc.ProbeAddr != "" && mc.ProbeAddr != "0" {
+		if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+			return nil, nil, err
+		}
+		if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+			return nil, nil, err
+		}
+	}
+	r := New(mgr.GetClient(), Options{
+		Settings:        st,
+		Valkey:          mc.Valkey,
+		Recorder:        mgr.GetEventRecorder(EventReporter),
+		RecheckInterval: mc.RecheckInterval,
+		PollInterval:    mc.PollInterval,
+	})
+	if err := r.setup(mgr, mc.SkipNameValidation); err != nil {
+		return nil, nil, fmt.Errorf("setting up controller: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("operator settings", "defaultZoneSpread", st.DefaultZoneSpread)
+	return mgr, r, nil
+}
+
+// checkCRDs fails fast with a clear message when the embedded CRDs are not installed.
+func checkCRDs(c client.Client) error {
+	defs, err := crds.Definitions()
+	if err != nil {
+		return err
+	}
+	for _, d := range defs {
+		gvk := crds.GVK(d.Spec.Names.Kind)
+		if _, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			return fmt.Errorf("CustomResourceDefinition %s is not installed (kubectl apply -f crds/): %w", d.Name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+// Package render builds the Kubernetes objects the operator owns for a ValkeyCluster. It is
+// pure: the same inputs always give the same object, which is what lets the reconciler compare
+// desired against live state and write nothing when they already agree.
+package render
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Label keys and values on every owned object (SPEC §3).
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedBy      = "valkey-operator"
+	LabelCluster   = "valkey.gomomento.com/cluster"
+	LabelShard     = "valkey.gomomento.com/shard"
+)
+
+// Ports served by every Valkey server.
+const (
+	ClientPort = 6379
+	BusPort    = 16379
+)
+
+// Keys of the auth Secret and the ACL ConfigMap.
+const (
+	AuthPasswordKey         = "password"
+	AuthOperatorPasswordKey = "operator-password"
+	ACLFileKey              = "users.acl"
+)
+
+// Labels are the labels of every object owned by cluster.
+func Labels(cluster string) map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, LabelCluster: cluster}
+}
+
+// NodeLabels are the labels of a ValkeyNode and its Pod.
+func NodeLabels(cluster string, shard int) map[string]string {
+	l := Labels(cluster)
+	l[LabelShard] = strconv.Itoa(shard)
+	return l
+}
+
+// ServiceName is the headless Service's name: the cluster's own name.
+func ServiceName(cluster string) string { return cluster }
+
+// AuthSecretName is the name of the generated-password Secret.
+func AuthSecretName(cluster string) string { return cluster + "-auth" }
+
+// ACLConfigMapName is the name of the rendered ACL file's ConfigMap.
+func ACLConfigMapName(cluster string) string { return cluster + "-acl" }
+
+// Service renders the headless Service that gives every pod a stable DNS name and lets
+// nodes find each other before they are Ready (publishNotReadyAddresses).
+func Service(cluster, namespace string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(cluster), Namespace: namespace, Labels: Labels(cluster)},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			PublishNotReadyAddresses: true,
+			Selector:                 Labels(cluster),
+			Ports: []corev1.ServicePort{
+				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
+				{Name: "bus", Port: BusPort, TargetPort: intstr.FromInt32(BusPort), Protocol: corev1.ProtocolTCP},
+			},
+		},
+	}
+}
+
+// NewPassword returns 32 random bytes as hex (256 bits; printable so it survives any client).
+func NewPassword(r io.Reader) (string, error) {
+	if r == nil {
+		r = rand.Reader
+	}
+	b := make([]byte, 32)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", fmt.Errorf("generating password: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// AuthSecret renders a fresh auth Secret with new random passwords.
+func AuthSecret(cluster, namespace string, r io.Reader) (*corev1.Secret, error) {
+	pw, err := NewPassword(r)
+	if err != nil {
+		return nil, err
+	}
+	opw, err := NewPassword(r)
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: AuthSecretName(cluster), Namespace: namespace, Labels: Labels(cluster)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{AuthPasswordKey: []byte(pw), AuthOperatorPasswordKey: []byte(opw)},
+	}, nil
+}
+
+// ACLConfigMap renders the ConfigMap holding the ACL file.
+func ACLConfigMap(cluster, namespace, aclFile string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: ACLConfigMapName(cluster), Namespace: namespace, Labels: Labels(cluster)},
+		Data:       map[string]string{ACLFileKey: aclFile},
+	}
+}
+
+// NodeName returns a fresh ValkeyNode/Pod name: {cluster}-{5 random lowercase hex}.
+func NodeName(cluster string, r io.Reader) (string, error) {
+	if r == nil {
+		r = rand.Reader
+	}
+	b := make([]byte, 3)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", fmt.Errorf("generating node name: %w", err)
+	}
+	return cluster + "-" + hex.EncodeToString(b)[:5], nil
+}

@@ -1,0 +1,263 @@
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gomomento/valkey-operator/reconciler/resolve"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+// Fixed paths inside the Valkey container.
+const (
+	ACLDir    = "/etc/valkey/acl"
+	TLSDir    = "/etc/valkey/tls"
+	DataDir   = "/data"
+	ACLFile   = ACLDir + "/" + ACLFileKey
+	ValkeyUID = 999
+)
+
+// Well-known topology keys.
+const (
+	ZoneKey     = "topology.kubernetes.io/zone"
+	HostnameKey = "kubernetes.io/hostname"
+)
+
+// ContainerName is the name of the one container of a Valkey pod.
+const ContainerName = "valkey"
+
+// NodeSpec builds the spec a new ValkeyNode is created with: the resolved settings, the
+// cluster's live placement (zoneSpread falling back to the operator default) and TLS Secret.
+func NodeSpec(cluster views.Cluster, shard int, res resolve.Resolved, defaultZoneSpread string) views.NodeSpec {
+	p := cluster.Placement()
+	if p.ZoneSpread == "" {
+		p.ZoneSpread = defaultZoneSpread
+	}
+	p.Zones = sortedUnique(p.Zones)
+	s := views.NodeSpec{
+		Cluster:      cluster.Name(),
+		Shard:        shard,
+		Image:        res.Image,
+		Version:      res.Version,
+		Valkey:       maps.Clone(res.Valkey),
+		Resources:    res.Resources,
+		Placement:    p,
+		TLSSecretRef: cluster.TLSSecretRef(),
+	}
+	s.SpecHash = SpecHash(s)
+	return s
+}
+
+// SpecHash hashes every field whose change requires replacing a node: image, Valkey settings,
+// resources, zones and nodeSelector. zoneSpread and the TLS Secret name are deliberately
+// left out: a zoneSpread change replaces nothing and certificates are reloaded live.
+func SpecHash(s views.NodeSpec) string {
+	b, _ := json.Marshal(struct {
+		Image        string            `json:"image"`
+		Version      string            `json:"version"`
+		Valkey       map[string]string `json:"valkey"`
+		Resources    views.Resources   `json:"resources"`
+		Zones        []string          `json:"zones"`
+		NodeSelector map[string]string `json:"nodeSelector"`
+	}{s.Image, s.Version, s.Valkey, s.Resources, sortedUnique(s.Placement.Zones), s.Placement.NodeSelector})
+	sum := sha256.Sum256(b) // encoding/json sorts map keys, so this is canonical
+	return hex.EncodeToString(sum[:8])
+}
+
+func sortedUnique(l []string) []string {
+	if len(l) == 0 {
+		return nil
+	}
+	out := slices.Clone(l)
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// Args renders valkey-server's command line. Operator-owned directives come first; the
+// user's settings from the resolved config follow as `--key value...` in key order (the CRD
+// rejects user keys that would collide with operator-owned ones).
+func Args(s views.NodeSpec) []string {
+	args := []string{
+		"--cluster-enabled", "yes",
+		"--cluster-config-file", DataDir + "/nodes.conf",
+		"--cluster-announce-ip", "$(POD_IP)",
+		"--dir", DataDir,
+		"--aclfile", ACLFile,
+		"--masteruser", "operator",
+		"--masterauth", "$(OPERATOR_PASSWORD)",
+	}
+	if s.TLSSecretRef != "" {
+		args = append(args,
+			"--port", "0",
+			"--tls-port", "6379",
+			"--tls-cluster", "yes",
+			"--tls-replication", "yes",
+			"--tls-cert-file", TLSDir+"/tls.crt",
+			"--tls-key-file", TLSDir+"/tls.key",
+			"--tls-ca-cert-file", TLSDir+"/ca.crt",
+			// Applications authenticate with passwords; client certificates are accepted and
+			// verified when presented but not demanded of them.
+			"--tls-auth-clients", "optional",
+		)
+	} else {
+		args = append(args, "--port", "6379")
+	}
+	keys := slices.Sorted(maps.Keys(s.Valkey))
+	for _, k := range keys {
+		args = append(args, "--"+k)
+		vals := strings.Fields(s.Valkey[k])
+		if len(vals) == 0 {
+			vals = []string{""}
+		}
+		args = append(args, vals...)
+	}
+	return args
+}
+
+// Pod renders the Pod of the ValkeyNode name from its fixed spec. annotations are the
+// cluster's podAnnotations at the time the pod is created.
+func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string) *corev1.Pod {
+	labels := NodeLabels(s.Cluster, s.Shard)
+	shardSelector := &metav1.LabelSelector{MatchLabels: map[string]string{LabelCluster: s.Cluster, LabelShard: labels[LabelShard]}}
+
+	env := []corev1.EnvVar{
+		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
+		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: "OPERATOR_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: AuthSecretName(s.Cluster)}, Key: AuthOperatorPasswordKey}}},
+	}
+	mounts := []corev1.VolumeMount{
+		{Name: "acl", MountPath: ACLDir, ReadOnly: true},
+		{Name: "data", MountPath: DataDir},
+	}
+	volumes := []corev1.Volume{
+		{Name: "acl", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: ACLConfigMapName(s.Cluster)}, DefaultMode: ptr.To[int32](0o444)}}},
+		{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+	if s.TLSSecretRef != "" {
+		mounts = append(mounts, corev1.VolumeMount{Name: "tls", MountPath: TLSDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: s.TLSSecretRef, DefaultMode: ptr.To[int32](0o440)}}})
+	}
+
+	var res corev1.ResourceRequirements
+	if list := resourceList(s.Resources); len(list) > 0 {
+		res = corev1.ResourceRequirements{Requests: list, Limits: list.DeepCopy()}
+	}
+
+	probePort := intstr.FromInt32(ClientPort)
+	container := corev1.Container{
+		Name:    ContainerName,
+		Image:   s.Image,
+		Command: []string{"valkey-server"},
+		Args:    Args(s),
+		Env:     env,
+		Ports: []corev1.ContainerPort{
+			{Name: "client", ContainerPort: ClientPort, Protocol: corev1.ProtocolTCP},
+			{Name: "bus", ContainerPort: BusPort, Protocol: corev1.ProtocolTCP},
+		},
+		Resources:    res,
+		VolumeMounts: mounts,
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: probePort}},
+			PeriodSeconds:    5,
+			FailureThreshold: 3,
+		},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](ValkeyUID),
+			RunAsGroup:               ptr.To[int64](ValkeyUID),
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+	}
+
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: namespace, Labels: labels, Annotations: maps.Clone(annotations),
+		},
+		Spec: corev1.PodSpec{
+			Hostname:                     name,
+			Subdomain:                    ServiceName(s.Cluster),
+			Containers:                   []corev1.Container{container},
+			Volumes:                      volumes,
+			NodeSelector:                 maps.Clone(s.Placement.NodeSelector),
+			AutomountServiceAccountToken: ptr.To(false),
+			EnableServiceLinks:           ptr.To(false),
+			RestartPolicy:                corev1.RestartPolicyAlways,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   ptr.To(true),
+				RunAsUser:      ptr.To[int64](ValkeyUID),
+				RunAsGroup:     ptr.To[int64](ValkeyUID),
+				FSGroup:        ptr.To[int64](ValkeyUID),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Affinity:                  affinity(s.Placement.Zones),
+			TopologySpreadConstraints: spread(s, shardSelector),
+		},
+	}
+	if len(pod.Annotations) == 0 {
+		pod.Annotations = nil
+	}
+	return pod
+}
+
+func resourceList(r views.Resources) corev1.ResourceList {
+	list := corev1.ResourceList{}
+	if q, err := resource.ParseQuantity(r.CPU); err == nil && r.CPU != "" {
+		list[corev1.ResourceCPU] = q
+	}
+	if q, err := resource.ParseQuantity(r.Memory); err == nil && r.Memory != "" {
+		list[corev1.ResourceMemory] = q
+	}
+	return list
+}
+
+func affinity(zones []string) *corev1.Affinity {
+	if len(zones) == 0 {
+		return nil
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: ZoneKey, Operator: corev1.NodeSelectorOpIn, Values: sortedUnique(zones)},
+			}}},
+		},
+	}}
+}
+
+// spread places each shard's members in different zones (hard or soft per zoneSpread) and on
+// different hosts (always soft); in required mode the whole cluster also spreads softly.
+func spread(s views.NodeSpec, shardSelector *metav1.LabelSelector) []corev1.TopologySpreadConstraint {
+	zoneMode := corev1.ScheduleAnyway
+	if s.Placement.ZoneSpread == views.ZoneSpreadRequired {
+		zoneMode = corev1.DoNotSchedule
+	}
+	out := []corev1.TopologySpreadConstraint{
+		{MaxSkew: 1, TopologyKey: ZoneKey, WhenUnsatisfiable: zoneMode, LabelSelector: shardSelector.DeepCopy()},
+	}
+	if zoneMode == corev1.DoNotSchedule {
+		out = append(out, corev1.TopologySpreadConstraint{
+			MaxSkew: 1, TopologyKey: ZoneKey, WhenUnsatisfiable: corev1.ScheduleAnyway,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelCluster: s.Cluster}},
+		})
+	}
+	out = append(out, corev1.TopologySpreadConstraint{
+		MaxSkew: 1, TopologyKey: HostnameKey, WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: shardSelector.DeepCopy(),
+	})
+	return out
+}

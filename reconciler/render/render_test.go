@@ -1,0 +1,95 @@
+package render_test
+
+import (
+	"testing"
+
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/resolve"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+)
+
+func cluster(p views.Placement, tlsSecret string) views.Cluster {
+	c := views.Cluster{U: views.NewClusterObject()}
+	c.U.SetName("c1")
+	c.U.SetNamespace("ns1")
+	c.SetPlacement(p)
+	c.SetTLSSecretRef(tlsSecret)
+	return c
+}
+
+var resolved = resolve.Resolved{Image: "valkey/valkey:9.0.0", Version: "9.0.0",
+	Valkey:    map[string]string{"maxmemory": "1gb", "save": "900 1"},
+	Resources: views.Resources{CPU: "500m", Memory: "1Gi"}}
+
+func TestNodeSpecHash(t *testing.T) {
+	a := render.NodeSpec(cluster(views.Placement{Zones: []string{"b", "a"}}, ""), 0, resolved, "bestEffort")
+	b := render.NodeSpec(cluster(views.Placement{Zones: []string{"a", "b"}, ZoneSpread: "required"}, "tls"), 1, resolved, "bestEffort")
+	assert.Equal(t, "bestEffort", a.Placement.ZoneSpread, "operator default applies")
+	assert.Equal(t, "required", b.Placement.ZoneSpread)
+	assert.Equal(t, a.SpecHash, b.SpecHash, "zoneSpread, TLS secret and shard do not force replacement")
+	r2 := resolved
+	r2.Image = "valkey/valkey:9.0.1"
+	c := render.NodeSpec(cluster(views.Placement{}, ""), 0, r2, "bestEffort")
+	assert.NotEqual(t, a.SpecHash, c.SpecHash)
+}
+
+func TestPod(t *testing.T) {
+	tests := []struct {
+		name       string
+		placement  views.Placement
+		tls        string
+		wantSpread []corev1.UnsatisfiableConstraintAction // zone, [cluster-wide zone], hostname
+	}{
+		{name: "bestEffort", placement: views.Placement{Zones: []string{"z1", "z2"}, NodeSelector: map[string]string{"pool": "valkey"}},
+			wantSpread: []corev1.UnsatisfiableConstraintAction{corev1.ScheduleAnyway, corev1.ScheduleAnyway}},
+		{name: "required with TLS", placement: views.Placement{Zones: []string{"z1"}, ZoneSpread: "required"}, tls: "c1-tls",
+			wantSpread: []corev1.UnsatisfiableConstraintAction{corev1.DoNotSchedule, corev1.ScheduleAnyway, corev1.ScheduleAnyway}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := render.NodeSpec(cluster(tc.placement, tc.tls), 2, resolved, "bestEffort")
+			pod := render.Pod("c1-abcde", "ns1", spec, map[string]string{"team": "x"})
+			require.Len(t, pod.Spec.Containers, 1)
+			ctr := pod.Spec.Containers[0]
+
+			assert.Equal(t, map[string]string{"app.kubernetes.io/managed-by": "valkey-operator", "valkey.gomomento.com/cluster": "c1", "valkey.gomomento.com/shard": "2"}, pod.Labels)
+			assert.Equal(t, map[string]string{"team": "x"}, pod.Annotations)
+			assert.Equal(t, "c1-abcde", pod.Spec.Hostname)
+			assert.Equal(t, "c1", pod.Spec.Subdomain)
+			assert.Equal(t, "valkey/valkey:9.0.0", ctr.Image)
+			assert.Equal(t, tc.placement.NodeSelector, pod.Spec.NodeSelector)
+			sc := ctr.SecurityContext
+			assert.True(t, *sc.RunAsNonRoot)
+			assert.EqualValues(t, 999, *sc.RunAsUser)
+			assert.False(t, *sc.AllowPrivilegeEscalation)
+			assert.Equal(t, []corev1.Capability{"ALL"}, sc.Capabilities.Drop)
+			assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, sc.SeccompProfile.Type)
+			assert.Equal(t, "500m", ctr.Resources.Requests.Cpu().String())
+			assert.Equal(t, ctr.Resources.Requests, ctr.Resources.Limits)
+			assert.EqualValues(t, 6379, ctr.ReadinessProbe.TCPSocket.Port.IntValue())
+
+			nodeTerms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+			assert.Equal(t, "topology.kubernetes.io/zone", nodeTerms[0].MatchExpressions[0].Key)
+			var got []corev1.UnsatisfiableConstraintAction
+			for _, c := range pod.Spec.TopologySpreadConstraints {
+				assert.EqualValues(t, 1, c.MaxSkew)
+				got = append(got, c.WhenUnsatisfiable)
+			}
+			assert.Equal(t, tc.wantSpread, got)
+			assert.Equal(t, "kubernetes.io/hostname", pod.Spec.TopologySpreadConstraints[len(got)-1].TopologyKey)
+
+			args := ctr.Args
+			assert.Subset(t, args, []string{"--cluster-announce-ip", "$(POD_IP)", "--aclfile", "/etc/valkey/acl/users.acl", "--maxmemory", "1gb", "900", "1"})
+			if tc.tls != "" {
+				assert.Subset(t, args, []string{"--tls-port", "--port", "0", "--tls-cluster", "--tls-replication", "/etc/valkey/tls/tls.crt", "/etc/valkey/tls/ca.crt"})
+				assert.Len(t, pod.Spec.Volumes, 3)
+			} else {
+				assert.NotContains(t, args, "--tls-port")
+				assert.Len(t, pod.Spec.Volumes, 2)
+			}
+		})
+	}
+}

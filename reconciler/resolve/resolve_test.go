@@ -1,0 +1,95 @@
+package resolve_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/gomomento/valkey-operator/reconciler/resolve"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type menu struct {
+	configs map[string]views.Config
+	images  map[string]views.Image
+}
+
+func (m menu) Config(_ context.Context, n string) (views.Config, bool, error) {
+	c, ok := m.configs[n]
+	return c, ok, nil
+}
+func (m menu) Image(_ context.Context, n string) (views.Image, bool, error) {
+	i, ok := m.images[n]
+	return i, ok, nil
+}
+
+func config(name, image, base string, res views.Resources, valkey map[string]string) views.Config {
+	c := views.Config{U: views.NewConfigObject()}
+	c.U.SetName(name)
+	c.SetImageRef(image)
+	c.SetBaseRef(base)
+	c.SetResources(res)
+	c.SetValkey(valkey)
+	return c
+}
+
+func image(name, repo, tag, version string) views.Image {
+	i := views.Image{U: views.NewImageObject()}
+	i.U.SetName(name)
+	i.SetRepository(repo)
+	i.SetTag(tag)
+	i.SetVersion(version)
+	return i
+}
+
+func TestResolve(t *testing.T) {
+	m := menu{
+		configs: map[string]views.Config{
+			"base":  config("base", "v8", "", views.Resources{CPU: "1", Memory: "1Gi"}, map[string]string{"maxmemory": "512mb", "maxmemory-policy": "noeviction"}),
+			"child": config("child", "", "base", views.Resources{Memory: "2Gi"}, map[string]string{"maxmemory": "1gb"}),
+			"img9":  config("img9", "v9", "child", views.Resources{}, nil),
+			"loopa": config("loopa", "", "loopb", views.Resources{}, nil),
+			"loopb": config("loopb", "", "loopa", views.Resources{}, nil),
+			"orph":  config("orph", "", "gone", views.Resources{}, nil),
+			"noimg": config("noimg", "missing", "", views.Resources{}, nil),
+		},
+		images: map[string]views.Image{
+			"v8": image("v8", "valkey/valkey", "8.0.1", "8.0.1"),
+			"v9": image("v9", "valkey/valkey", "9.0.0", "9.0.0"),
+		},
+	}
+	tests := []struct {
+		name    string
+		ref     string
+		want    resolve.Resolved
+		wantErr any
+	}{
+		{name: "child merges over base", ref: "child", want: resolve.Resolved{
+			Chain: []string{"child", "base"}, ImageName: "v8", Image: "valkey/valkey:8.0.1", Version: "8.0.1",
+			Valkey:    map[string]string{"maxmemory": "1gb", "maxmemory-policy": "noeviction"},
+			Resources: views.Resources{CPU: "1", Memory: "2Gi"}}},
+		{name: "child imageRef wins", ref: "img9", want: resolve.Resolved{
+			Chain: []string{"img9", "child", "base"}, ImageName: "v9", Image: "valkey/valkey:9.0.0", Version: "9.0.0",
+			Valkey:    map[string]string{"maxmemory": "1gb", "maxmemory-policy": "noeviction"},
+			Resources: views.Resources{CPU: "1", Memory: "2Gi"}}},
+		{name: "missing config", ref: "nope", wantErr: new(*resolve.MissingConfigError)},
+		{name: "missing base", ref: "orph", wantErr: new(*resolve.MissingConfigError)},
+		{name: "cycle", ref: "loopa", wantErr: new(*resolve.CycleError)},
+		{name: "missing image", ref: "noimg", wantErr: new(*resolve.MissingImageError)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := resolve.Resolve(context.Background(), m, tc.ref)
+			if tc.wantErr != nil {
+				require.Error(t, err)
+				assert.True(t, errors.As(err, tc.wantErr), "error %T %v", err, err)
+				assert.NotEmpty(t, got.Chain, "partial chain is reported")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}

@@ -1,0 +1,490 @@
+package reconciler_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/topology"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"crypto/sha256"
+
+	"go.uber.org/zap/zapcore"
+)
+
+func hashHex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// The suite runs the real manager (reconciler.NewManager) against a real kube-apiserver
+// from envtest. There is no kubelet: a small loop below plays one by writing pod status,
+// and Valkey is the scripted fakeValkey.
+var (
+	cfg     *rest.Config
+	k8s     client.Client // direct, uncached: what the tests observe is what the API server has
+	fake    = newFakeValkey()
+	kubelet = newFakeKubelet()
+	rec     *reconciler.Reconciler
+
+	// resync is the informer resync period: every tick re-delivers every object to the
+	// controller, so an idle window really exercises reconciles.
+	resync = 2 * time.Second
+)
+
+const operatorNamespace = "valkey-operator"
+
+func TestMain(m *testing.M) {
+	os.Exit(runSuite(m))
+}
+
+func runSuite(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: point it at bin/controlplane (etcd, kube-apiserver)")
+		return 1
+	}
+	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
+	defs, err := crds.Definitions()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	env := &envtest.Environment{CRDs: defs, ErrorIfCRDPathMissing: true}
+	start := time.Now()
+	cfg, err = env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "starting envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+	fmt.Printf("envtest control plane up in %s\n", time.Since(start).Round(time.Millisecond))
+
+	k8s, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: operatorNamespace}}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mgr, r, err := reconciler.NewManager(ctx, cfg, reconciler.ManagerConfig{
+		Namespace:       operatorNamespace,
+		MetricsAddr:     "0",
+		ProbeAddr:       "0",
+		SyncPeriod:      resync,
+		RecheckInterval: time.Second,
+		PollInterval:    200 * time.Millisecond,
+		Valkey:          fake,
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		return 1
+	}
+	rec = r
+	mgrDone := make(chan error, 1)
+	go func() { mgrDone <- mgr.Start(ctx) }()
+	go kubelet.run(ctx, k8s)
+
+	code := m.Run()
+	cancel()
+	if err := <-mgrDone; err != nil {
+		fmt.Fprintln(os.Stderr, "manager stopped with error:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func zapLevel() zapcore.Level {
+	if os.Getenv("VALKEY_TEST_VERBOSE") != "" {
+		return -1
+	}
+	return 1 // warnings and errors only, keeps the suite output readable
+}
+
+// ---- fake kubelet ---------------------------------------------------------------------
+
+// fakeKubelet marks every operator pod Running with a unique IP and Ready, except in
+// namespaces a test has paused.
+type fakeKubelet struct {
+	mu     sync.Mutex
+	paused map[string]bool
+	nextIP atomic.Int64
+}
+
+func newFakeKubelet() *fakeKubelet { return &fakeKubelet{paused: map[string]bool{}} }
+
+func (k *fakeKubelet) pause(ns string, on bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.paused[ns] = on
+}
+
+func (k *fakeKubelet) run(ctx context.Context, c client.Client) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pods := &corev1.PodList{}
+		if err := c.List(ctx, pods, client.MatchingLabels{render.LabelManagedBy: render.ManagedBy}); err != nil {
+			continue
+		}
+		for i := range pods.Items {
+			pod := &pods.Items[i]
+			k.mu.Lock()
+			paused := k.paused[pod.Namespace]
+			k.mu.Unlock()
+			if paused || pod.Status.Phase == corev1.PodRunning {
+				continue
+			}
+			n := k.nextIP.Add(1)
+			now := metav1.Now()
+			pod.Status = corev1.PodStatus{
+				Phase:     corev1.PodRunning,
+				PodIP:     fmt.Sprintf("10.%d.%d.%d", 100+n/65536, (n/256)%256, n%256),
+				PodIPs:    nil,
+				StartTime: &now,
+				Conditions: []corev1.PodCondition{
+					{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+				},
+			}
+			pod.Status.PodIPs = []corev1.PodIP{{IP: pod.Status.PodIP}}
+			_ = c.Status().Update(ctx, pod)
+		}
+	}
+}
+
+// ---- fake Valkey ----------------------------------------------------------------------
+
+// fakeValkey scripts the topology: a cluster is formed by Bootstrap and is healthy when its
+// members cover the requested topology, unless a test blocks it.
+type fakeValkey struct {
+	mu         sync.Mutex
+	blocked    map[types.NamespacedName]bool
+	formed     map[types.NamespacedName]bool
+	bootstraps map[types.NamespacedName]int
+	conns      map[types.NamespacedName]topology.Conn
+	calls      map[types.NamespacedName]int
+}
+
+func newFakeValkey() *fakeValkey {
+	return &fakeValkey{
+		blocked: map[types.NamespacedName]bool{}, formed: map[types.NamespacedName]bool{},
+		bootstraps: map[types.NamespacedName]int{}, conns: map[types.NamespacedName]topology.Conn{},
+		calls: map[types.NamespacedName]int{},
+	}
+}
+
+func (f *fakeValkey) block(key types.NamespacedName, on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.blocked[key] = on
+}
+
+func (f *fakeValkey) bootstrapCount(key types.NamespacedName) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.bootstraps[key]
+}
+
+func (f *fakeValkey) callCount(key types.NamespacedName) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[key]
+}
+
+func (f *fakeValkey) lastConn(key types.NamespacedName) topology.Conn {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.conns[key]
+}
+
+func (f *fakeValkey) RenderACL(spec topology.ACLSpec) string {
+	var b strings.Builder
+	b.WriteString("user default on #" + sha(spec.DefaultPassword) + " ~* &* +@all\n")
+	b.WriteString("user operator on #" + sha(spec.OperatorPassword) + " ~* &* +@all\n")
+	for _, u := range spec.Users {
+		fmt.Fprintf(&b, "user %s on", u.Name)
+		for _, h := range u.PasswordHashes {
+			b.WriteString(" #" + h)
+		}
+		for _, p := range u.Permissions {
+			for _, c := range p.Categories {
+				fmt.Fprintf(&b, " %s@%s", sign(c.Allow), c.Name)
+			}
+			for _, c := range p.Commands {
+				fmt.Fprintf(&b, " %s%s", sign(c.Allow), c.Name)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func sign(allow bool) string {
+	if allow {
+		return "+"
+	}
+	return "-"
+}
+
+func sha(s string) string { return hashHex(s) }
+
+func (f *fakeValkey) Bootstrap(_ context.Context, conn topology.Conn, members []topology.Member, shards int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[conn.Cluster]++
+	f.conns[conn.Cluster] = conn
+	if conn.Username != topology.OperatorUser || conn.Password == "" {
+		return fmt.Errorf("fake: refusing unauthenticated connection")
+	}
+	f.bootstraps[conn.Cluster]++
+	f.formed[conn.Cluster] = true
+	return nil
+}
+
+func (f *fakeValkey) Observe(_ context.Context, conn topology.Conn, members []topology.Member, shards, replicas int) (topology.Observation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[conn.Cluster]++
+	f.conns[conn.Cluster] = conn
+	byShard := map[int][]string{}
+	for _, m := range members {
+		byShard[m.Shard] = append(byShard[m.Shard], m.Name)
+	}
+	var obs topology.Observation
+	for _, names := range byShard {
+		sort.Strings(names)
+		for i, n := range names {
+			role := "replica"
+			if i == 0 {
+				role = "primary"
+			}
+			obs.Nodes = append(obs.Nodes, topology.NodeState{Name: n, Reachable: true, ID: "id-" + n, Role: role})
+		}
+	}
+	switch {
+	case !f.formed[conn.Cluster]:
+		obs.Problems = append(obs.Problems, "fake: not bootstrapped")
+	case f.blocked[conn.Cluster]:
+		obs.Problems = append(obs.Problems, "fake: blocked by the test")
+	}
+	if len(byShard) != shards {
+		obs.Problems = append(obs.Problems, fmt.Sprintf("fake: %d shards, want %d", len(byShard), shards))
+	}
+	for s, names := range byShard {
+		if len(names)-1 < replicas {
+			obs.Problems = append(obs.Problems, fmt.Sprintf("fake: shard %d has %d replicas", s, len(names)-1))
+		}
+	}
+	return obs, nil
+}
+
+func (f *fakeValkey) Release(types.NamespacedName) {}
+
+// ---- helpers --------------------------------------------------------------------------
+
+const (
+	waitFor = 30 * time.Second
+	tick    = 50 * time.Millisecond
+)
+
+func newNamespace(t *testing.T) string {
+	t.Helper()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	name := strings.ToLower(strings.NewReplacer("/", "-", "_", "-", " ", "-", ".", "-").Replace(t.Name()))
+	if len(name) > 40 {
+		name = name[:40]
+	}
+	name = strings.Trim(name, "-") + "-" + hex.EncodeToString(b)
+	require.NoError(t, k8s.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	return name
+}
+
+// menu creates a ValkeyImage and a ValkeyConfig using it, named after prefix.
+func menu(t *testing.T, prefix string, valkey map[string]string) (configName string) {
+	t.Helper()
+	createImage(t, prefix+"-img", "valkey/valkey", "9.0.0", "9.0.0")
+	createConfig(t, prefix+"-cfg", prefix+"-img", "", valkey)
+	return prefix + "-cfg"
+}
+
+func createImage(t *testing.T, name, repo, tag, version string) {
+	t.Helper()
+	i := views.Image{U: views.NewImageObject()}
+	i.U.SetName(name)
+	i.SetRepository(repo)
+	i.SetTag(tag)
+	i.SetVersion(version)
+	require.NoError(t, k8s.Create(context.Background(), i.U))
+}
+
+func createConfig(t *testing.T, name, imageRef, baseRef string, valkey map[string]string) {
+	t.Helper()
+	c := views.Config{U: views.NewConfigObject()}
+	c.U.SetName(name)
+	c.SetImageRef(imageRef)
+	c.SetBaseRef(baseRef)
+	c.SetResources(views.Resources{CPU: "100m", Memory: "256Mi"})
+	c.SetValkey(valkey)
+	require.NoError(t, k8s.Create(context.Background(), c.U))
+}
+
+type clusterOpts struct {
+	shards, replicas int
+	tlsSecret        string
+	placement        views.Placement
+	annotations      map[string]string
+	acl              []views.ACLUser
+}
+
+func createCluster(t *testing.T, ns, name, configRef string, o clusterOpts) types.NamespacedName {
+	t.Helper()
+	c := views.Cluster{U: views.NewClusterObject()}
+	c.U.SetName(name)
+	c.U.SetNamespace(ns)
+	c.SetConfigRef(configRef)
+	c.SetShards(o.shards)
+	c.SetReplicasPerShard(o.replicas)
+	c.SetTLSSecretRef(o.tlsSecret)
+	c.SetPlacement(o.placement)
+	c.SetPodAnnotations(o.annotations)
+	c.SetACL(o.acl)
+	require.NoError(t, k8s.Create(context.Background(), c.U))
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
+
+func getCluster(t *testing.T, key types.NamespacedName) views.Cluster {
+	t.Helper()
+	u := views.NewClusterObject()
+	require.NoError(t, k8s.Get(context.Background(), key, u))
+	return views.Cluster{U: u}
+}
+
+// editCluster applies mutate to the live cluster, retrying on conflicts.
+func editCluster(t *testing.T, key types.NamespacedName, mutate func(views.Cluster)) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		c := getCluster(t, key)
+		mutate(c)
+		err := k8s.Update(context.Background(), c.U)
+		return err == nil || !apierrors.IsConflict(err) && assertNoErr(t, err)
+	}, waitFor, tick)
+}
+
+func assertNoErr(t *testing.T, err error) bool {
+	t.Helper()
+	require.NoError(t, err)
+	return true
+}
+
+// waitStatus polls until the cluster status satisfies pred and returns it.
+func waitStatus(t *testing.T, key types.NamespacedName, what string, pred func(views.Status) bool) views.Status {
+	t.Helper()
+	var last views.Status
+	ok := pollUntil(waitFor, func() bool {
+		last = getCluster(t, key).Status()
+		return pred(last)
+	})
+	require.True(t, ok, "cluster %s: waiting for %s; last status %+v (target %+v)", key, what, last, last.Target)
+	return last
+}
+
+func waitState(t *testing.T, key types.NamespacedName, state string) views.Status {
+	t.Helper()
+	return waitStatus(t, key, "state "+state, func(s views.Status) bool { return s.State == state })
+}
+
+func pollUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(tick)
+	}
+}
+
+func listNodes(t *testing.T, key types.NamespacedName) []views.Node {
+	t.Helper()
+	l := views.NewNodeListObject()
+	require.NoError(t, k8s.List(context.Background(), l, client.InNamespace(key.Namespace),
+		client.MatchingLabels{render.LabelCluster: key.Name}))
+	var out []views.Node
+	for i := range l.Items {
+		out = append(out, views.Node{U: &l.Items[i]})
+	}
+	return out
+}
+
+func listPods(t *testing.T, key types.NamespacedName) []corev1.Pod {
+	t.Helper()
+	l := &corev1.PodList{}
+	require.NoError(t, k8s.List(context.Background(), l, client.InNamespace(key.Namespace),
+		client.MatchingLabels{render.LabelCluster: key.Name}))
+	return l.Items
+}
+
+// waitEvent polls for an Event about the cluster with the given type and reason whose note
+// contains substr, and returns its note.
+func waitEvent(t *testing.T, key types.NamespacedName, eventType, reason, substr string) string {
+	t.Helper()
+	var note string
+	ok := pollUntil(waitFor, func() bool {
+		l := &eventsv1.EventList{}
+		if err := k8s.List(context.Background(), l, client.InNamespace(key.Namespace)); err != nil {
+			return false
+		}
+		for _, e := range l.Items {
+			if e.Regarding.Name == key.Name && e.Regarding.Kind == crds.KindCluster &&
+				e.Type == eventType && e.Reason == reason && strings.Contains(e.Note, substr) {
+				note = e.Note
+				return true
+			}
+		}
+		return false
+	})
+	require.True(t, ok, "no %s Event %s containing %q for %s", eventType, reason, substr, key)
+	return note
+}
+
+func getObj(t *testing.T, obj client.Object, ns, name string) {
+	t.Helper()
+	require.NoError(t, k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj))
+}

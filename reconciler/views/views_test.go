@@ -1,0 +1,68 @@
+package views_test
+
+import (
+	"testing"
+
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// TestClusterRoundTrip: every setter stores values that survive a deep copy (the operation
+// that panics on Go int or []string) and read back identically.
+func TestClusterRoundTrip(t *testing.T) {
+	c := views.Cluster{U: views.NewClusterObject()}
+	c.SetConfigRef("std")
+	c.SetShards(3)
+	c.SetReplicasPerShard(2)
+	c.SetTLSSecretRef("tls")
+	c.SetPlacement(views.Placement{Zones: []string{"a"}, ZoneSpread: "required", NodeSelector: map[string]string{"k": "v"}})
+	c.SetPodAnnotations(map[string]string{"x": "y"})
+	acl := []views.ACLUser{{Username: "app", PasswordHashes: []string{"h"}, Permissions: []views.ACLPermission{
+		{RoleRef: "r", Keys: []views.KeyPermission{{Pattern: "a:*", Access: "read"}}, Channels: []string{"c"}}}}}
+	c.SetACL(acl)
+	c.SetStatus(views.Status{State: views.StateCreating, Target: &views.TargetSpec{Shards: 3, ReplicasPerShard: 2}})
+
+	cp := views.Cluster{U: c.U.DeepCopy()}
+	assert.Equal(t, "std", cp.ConfigRef())
+	assert.Equal(t, 3, cp.Shards())
+	assert.Equal(t, 2, cp.ReplicasPerShard())
+	assert.True(t, cp.TLSEnabled())
+	assert.Equal(t, "tls", cp.TLSSecretRef())
+	assert.Equal(t, "required", cp.Placement().ZoneSpread)
+	assert.Equal(t, acl, cp.ACL())
+	assert.Equal(t, []string{"r"}, cp.RoleRefs())
+	assert.True(t, cp.Status().Equal(views.Status{State: views.StateCreating, Target: &views.TargetSpec{Shards: 3, ReplicasPerShard: 2}}))
+
+	cp.SetStatus(views.Status{State: views.StateActive})
+	assert.Nil(t, cp.Status().Target, "targetSpec removed")
+	assert.Equal(t, "", cp.Status().Message)
+}
+
+func TestEffectiveState(t *testing.T) {
+	for stored, want := range map[string]string{"": "Creating", "Updating": "Active", "Invalid": "Invalid", "Active": "Active"} {
+		c := views.Cluster{U: views.NewClusterObject()}
+		if stored != "" {
+			require.NoError(t, unstructured.SetNestedField(c.U.Object, stored, "status", "state"))
+		}
+		assert.Equal(t, want, c.EffectiveState(), "stored %q", stored)
+	}
+	c := views.Cluster{U: views.NewClusterObject()}
+	assert.Equal(t, 1, c.ReplicasPerShard(), "schema default")
+}
+
+func TestNodeRoundTrip(t *testing.T) {
+	n := views.Node{U: views.NewNodeObject()}
+	spec := views.NodeSpec{Cluster: "c", Shard: 2, Image: "r:t", Version: "9.0.0", Valkey: map[string]string{"a": "b"},
+		Resources: views.Resources{CPU: "1", Memory: "1Gi"}, Placement: views.Placement{Zones: []string{"z"}, ZoneSpread: "bestEffort"},
+		TLSSecretRef: "tls", SpecHash: "h"}
+	n.SetSpec(spec)
+	n.SetStatus(views.NodeStatus{Lifecycle: "Joining", PodIP: "10.0.0.1"})
+	cp := views.Node{U: n.U.DeepCopy()}
+	assert.Equal(t, spec, cp.Spec())
+	assert.Equal(t, views.NodeStatus{Lifecycle: "Joining", PodIP: "10.0.0.1"}, cp.Status())
+	// int-or-string quantities stored as integers by users still read.
+	require.NoError(t, unstructured.SetNestedField(cp.U.Object, int64(2), "spec", "resources", "cpu"))
+	assert.Equal(t, "2", cp.Spec().Resources.CPU)
+}

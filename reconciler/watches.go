@@ -1,0 +1,100 @@
+package reconciler
+
+import (
+	"context"
+	"slices"
+
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/resolve"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// ControllerName names the controller (logs, metrics, Events' reporting controller).
+const ControllerName = "valkeycluster"
+
+// SetupWithManager registers the controller and its watches: the cluster itself; the objects
+// it owns (ValkeyNodes, Service, Secrets, ConfigMaps, and Pods, which are owned by their
+// ValkeyNode and so are mapped by label); and the shared objects it reads (ValkeyConfig,
+// ValkeyImage, ValkeyRole, TLS Secrets), mapped to the clusters that use them.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error { return r.setup(mgr, false) }
+
+func (r *Reconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(ControllerName).
+		For(views.NewClusterObject()).
+		Owns(views.NewNodeObject()).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.Secret{}).
+		Owns(&corev1.ConfigMap{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.tlsSecretToClusters)).
+		Watches(views.NewConfigObject(), handler.EnqueueRequestsFromMapFunc(r.configToClusters)).
+		Watches(views.NewImageObject(), handler.EnqueueRequestsFromMapFunc(r.imageToClusters)).
+		Watches(views.NewRoleObject(), handler.EnqueueRequestsFromMapFunc(r.roleToClusters)).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(skipNameValidation)}).
+		Complete(r)
+}
+
+// podToCluster maps a Valkey pod to its cluster through the cluster label.
+func podToCluster(_ context.Context, o client.Object) []reconcile.Request {
+	name := o.GetLabels()[render.LabelCluster]
+	if name == "" || o.GetLabels()[render.LabelManagedBy] != render.ManagedBy {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
+}
+
+// clustersWhere lists clusters (in namespace, or everywhere for "") matching pred.
+func (r *Reconciler) clustersWhere(ctx context.Context, namespace string, pred func(views.Cluster) bool) []reconcile.Request {
+	list := views.NewClusterListObject()
+	if err := r.client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing ValkeyClusters for a watch event")
+		return nil
+	}
+	var out []reconcile.Request
+	for i := range list.Items {
+		c := views.Cluster{U: &list.Items[i]}
+		if pred(c) {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: c.Namespace(), Name: c.Name()}})
+		}
+	}
+	return out
+}
+
+func (r *Reconciler) tlsSecretToClusters(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.clustersWhere(ctx, o.GetNamespace(), func(c views.Cluster) bool {
+		return c.TLSEnabled() && c.TLSSecretRef() == o.GetName()
+	})
+}
+
+// references resolves (possibly partially) a cluster's config chain and image name.
+func (r *Reconciler) references(ctx context.Context, c views.Cluster) resolve.Resolved {
+	res, _ := resolve.Resolve(ctx, cacheLookup{r.client}, c.ConfigRef())
+	return res
+}
+
+func (r *Reconciler) configToClusters(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.clustersWhere(ctx, "", func(c views.Cluster) bool {
+		return slices.Contains(r.references(ctx, c).Chain, o.GetName())
+	})
+}
+
+func (r *Reconciler) imageToClusters(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.clustersWhere(ctx, "", func(c views.Cluster) bool {
+		return r.references(ctx, c).ImageName == o.GetName()
+	})
+}
+
+func (r *Reconciler) roleToClusters(ctx context.Context, o client.Object) []reconcile.Request {
+	return r.clustersWhere(ctx, "", func(c views.Cluster) bool {
+		return slices.Contains(c.RoleRefs(), o.GetName())
+	})
+}

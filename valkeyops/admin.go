@@ -1,0 +1,281 @@
+package valkeyops
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// Node is one Valkey server the operator manages, identified by its ValkeyNode/Pod name.
+type Node struct {
+	Name  string // ValkeyNode (= Pod) name
+	Addr  string // dialable "host:port" (the pod IP + 6379)
+	Shard int    // desired shard index from the ValkeyNode spec
+}
+
+// Options for the admin connection pool. Auth is mandatory (error if Password is empty).
+type Options struct {
+	Username string      // the operator's ACL user, "operator"
+	Password string      // never logged
+	TLS      *tls.Config // nil = plaintext; non-nil = TLS with CA verification
+	// Remap turns an address a node announces into one this process can dial (nil = identity).
+	Remap func(announced string) string
+	// DialTimeout bounds connecting to one node (default 3s).
+	DialTimeout time.Duration
+	// Poll is the interval of every wait-for-condition loop (default 20ms).
+	Poll time.Duration
+	// MigrateBatch is how many keys one MIGRATE call moves (default 1000, minimum 100).
+	MigrateBatch int
+	// AtomicRetries bounds CLUSTER MIGRATESLOTS attempts per move before falling back to the
+	// key-by-key path (default 3).
+	AtomicRetries int
+	// DisableAtomic forces the SETSLOT/MIGRATE path even on Valkey >= 9.0.
+	DisableAtomic bool
+	// Log receives progress lines (steps and timings, never secrets); nil = silent.
+	Log func(format string, args ...any)
+}
+
+// Admin holds one authenticated connection per node address, reused across calls. It is safe
+// for concurrent use.
+type Admin struct {
+	opts    Options
+	mu      sync.Mutex
+	clients map[string]valkey.Client
+}
+
+// NewAdmin validates opts; connections are opened lazily, one per address.
+func NewAdmin(opts Options) (*Admin, error) {
+	if opts.Password == "" {
+		return nil, opErr("", "new-admin", ErrAuthRequired)
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 3 * time.Second
+	}
+	if opts.Poll <= 0 {
+		opts.Poll = 20 * time.Millisecond
+	}
+	if opts.MigrateBatch < 100 {
+		opts.MigrateBatch = 1000
+	}
+	if opts.AtomicRetries <= 0 {
+		opts.AtomicRetries = 3
+	}
+	return &Admin{opts: opts, clients: map[string]valkey.Client{}}, nil
+}
+
+// Close drops every connection.
+func (a *Admin) Close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for k, c := range a.clients {
+		c.Close()
+		delete(a.clients, k)
+	}
+}
+
+// client returns the connection to addr, dialing it on first use. A failed dial is not cached.
+func (a *Admin) client(addr string) (valkey.Client, error) {
+	a.mu.Lock()
+	c, ok := a.clients[addr]
+	a.mu.Unlock()
+	if ok {
+		return c, nil
+	}
+	var tlsCfg *tls.Config
+	if a.opts.TLS != nil {
+		tlsCfg = a.opts.TLS.Clone()
+	}
+	c, err := valkey.NewClient(valkey.ClientOption{
+		InitAddress:       []string{addr},
+		Username:          a.opts.Username,
+		Password:          a.opts.Password,
+		TLSConfig:         tlsCfg,
+		ForceSingleClient: true,
+		DisableCache:      true,
+		DisableRetry:      true,
+		Dialer:            net.Dialer{Timeout: a.opts.DialTimeout},
+		ConnWriteTimeout:  30 * time.Second,
+		ClientName:        "valkey-operator",
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if old, ok := a.clients[addr]; ok {
+		c.Close()
+		return old, nil
+	}
+	a.clients[addr] = c
+	return c, nil
+}
+
+// drop forgets a connection after a transport error so the next call re-dials (a pod that
+// restarted on the same IP needs a fresh connection and a fresh AUTH).
+func (a *Admin) drop(addr string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if c, ok := a.clients[addr]; ok {
+		c.Close()
+		delete(a.clients, addr)
+	}
+}
+
+// cmd runs one command on n and wraps any error as an OpError naming n and step.
+func (a *Admin) cmd(ctx context.Context, n Node, step string, args ...string) (valkey.ValkeyMessage, error) {
+	c, err := a.client(n.Addr)
+	if err != nil {
+		return valkey.ValkeyMessage{}, opErr(n.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
+	}
+	msg, err := c.Do(ctx, c.B().Arbitrary(args...).Build()).ToMessage()
+	if err != nil {
+		if _, isServerErr := valkey.IsValkeyErr(err); !isServerErr {
+			a.drop(n.Addr)
+		}
+		return msg, opErr(n.Name, step, err)
+	}
+	return msg, nil
+}
+
+// str runs one command returning a string reply.
+func (a *Admin) str(ctx context.Context, n Node, step string, args ...string) (string, error) {
+	msg, err := a.cmd(ctx, n, step, args...)
+	if err != nil {
+		return "", err
+	}
+	s, err := msg.ToString()
+	if err != nil {
+		return "", opErr(n.Name, step, err)
+	}
+	return s, nil
+}
+
+// multi pipelines commands to n; the first failure is returned.
+func (a *Admin) multi(ctx context.Context, n Node, step string, cmds [][]string) ([]valkey.ValkeyResult, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	c, err := a.client(n.Addr)
+	if err != nil {
+		return nil, opErr(n.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
+	}
+	built := make(valkey.Commands, len(cmds))
+	for i, args := range cmds {
+		built[i] = c.B().Arbitrary(args...).Build()
+	}
+	res := c.DoMulti(ctx, built...)
+	for _, r := range res {
+		if err := r.Error(); err != nil {
+			if _, isServerErr := valkey.IsValkeyErr(err); !isServerErr {
+				a.drop(n.Addr)
+			}
+			return res, opErr(n.Name, step, err)
+		}
+	}
+	return res, nil
+}
+
+// setslotConns is how many connections one node's SETSLOT batch is spread over. Since Valkey
+// 8.0 every CLUSTER SETSLOT blocks its client until the node's replicas acknowledge it, so a
+// pipeline on one connection pays one replica round trip per slot; spreading the batch over
+// a few connections (borrowed from the same per-node client's pool and returned right after)
+// lets those waits overlap.
+const setslotConns = 32
+
+// multiSpread is multi with the commands split over setslotConns dedicated connections. Only
+// for commands whose relative order does not matter (SETSLOT of distinct slots).
+func (a *Admin) multiSpread(ctx context.Context, n Node, step string, cmds [][]string) error {
+	if len(cmds) <= 8 {
+		_, err := a.multi(ctx, n, step, cmds)
+		return err
+	}
+	c, err := a.client(n.Addr)
+	if err != nil {
+		return opErr(n.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
+	}
+	parts := min(setslotConns, len(cmds))
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		group := cmds[p*len(cmds)/parts : (p+1)*len(cmds)/parts]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[p] = c.Dedicated(func(dc valkey.DedicatedClient) error {
+				built := make(valkey.Commands, len(group))
+				for i, args := range group {
+					built[i] = dc.B().Arbitrary(args...).Build()
+				}
+				for _, r := range dc.DoMulti(ctx, built...) {
+					if err := r.Error(); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return opErr(n.Name, step, err)
+	}
+	return nil
+}
+
+// parallel runs fn for every node concurrently and joins the errors.
+func parallel(nodes []Node, fn func(Node) error) error {
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fn(n)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// waitFor polls cond until it reports true, ctx ends or timeout passes. The last condition
+// error is wrapped into ErrNotConverged so callers see why it did not converge.
+func (a *Admin) waitFor(ctx context.Context, step string, timeout time.Duration, cond func() (bool, error)) error {
+	start := time.Now()
+	deadline := start.Add(timeout)
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			a.logf("%s: done after %s", step, time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		last = err
+		if time.Now().After(deadline) {
+			return opErr("", step, fmt.Errorf("%w within %s (last: %v)", ErrNotConverged, timeout, last))
+		}
+		select {
+		case <-ctx.Done():
+			return opErr("", step, fmt.Errorf("%w (last: %v)", ctx.Err(), last))
+		case <-time.After(a.opts.Poll):
+		}
+	}
+}
+
+func (a *Admin) logf(format string, args ...any) {
+	if a.opts.Log != nil {
+		a.opts.Log(format, args...)
+	}
+}
+
+func (a *Admin) remap(announced string) string {
+	if a.opts.Remap == nil {
+		return announced
+	}
+	return a.opts.Remap(announced)
+}

@@ -1,0 +1,211 @@
+package valkeyops
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// MaxSyncLag is the replication lag (bytes) under which a linked replica counts as in sync.
+// CLUSTER FAILOVER itself pauses writes on the primary and waits for the chosen replica to
+// catch up completely, so a small lag costs nothing; a replica far behind or not linked is
+// never chosen.
+const MaxSyncLag = 1 << 20
+
+// failoverTimeout bounds the wait for the role change after CLUSTER FAILOVER.
+const failoverTimeout = 30 * time.Second
+
+// Failover gracefully fails the shard of primary `primaryName` over to its best in-sync
+// replica: linked, not syncing, lag at most MaxSyncLag, highest offset first. It sends plain
+// CLUSTER FAILOVER (never FORCE/TAKEOVER, which can lose acknowledged writes) and waits until
+// the replica reports itself primary and the old primary reports itself its replica. If the
+// named node is already a replica, nothing is done. ErrNoInSyncReplica when no replica qualifies.
+func (a *Admin) Failover(ctx context.Context, nodes []Node, primaryName string) error {
+	snap, err := a.Observe(ctx, nodes)
+	if err != nil {
+		return err
+	}
+	p := snap.ByName(primaryName)
+	if p == nil {
+		return opErr(primaryName, "failover", fmt.Errorf("%w: node not in the given set", ErrInvalidSpec))
+	}
+	if !p.Reachable {
+		return opErr(primaryName, "failover", fmt.Errorf("%w: %v", ErrUnreachable, p.Err))
+	}
+	if p.Role != RolePrimary {
+		return nil
+	}
+	best := BestReplica(snap, p.ID)
+	if best == nil {
+		return opErr(primaryName, "failover", ErrNoInSyncReplica)
+	}
+	if _, err := a.cmd(ctx, best.Node, "failover", "CLUSTER", "FAILOVER"); err != nil {
+		return err
+	}
+	newID, oldID := best.ID, p.ID
+	err = a.waitFor(ctx, "failover-wait", failoverTimeout, func() (bool, error) {
+		r := a.observeOne(ctx, best.Node)
+		o := a.observeOne(ctx, p.Node)
+		if !r.Reachable || !o.Reachable {
+			return false, fmt.Errorf("observe: %v %v", r.Err, o.Err)
+		}
+		if r.Role != RolePrimary {
+			return false, fmt.Errorf("%s still %s", best.Name, r.Role)
+		}
+		if o.Role != RoleReplica || o.PrimaryID != newID {
+			return false, fmt.Errorf("%s (%s) not yet a replica of %s", p.Name, oldID, best.Name)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return opErr(best.Name, "failover-wait", err)
+	}
+	return nil
+}
+
+// BestReplica is the in-sync replica of primaryID with the highest replication offset, or nil.
+// Pure: it reads the snapshot only.
+func BestReplica(snap *Snapshot, primaryID string) *NodeState {
+	p := snap.ByID(primaryID)
+	if p == nil {
+		return nil
+	}
+	var best *NodeState
+	for _, r := range snap.ReplicasOf(primaryID) {
+		if r.LinkState != "up" || r.SyncInProgress || r.Failing() {
+			continue
+		}
+		if p.ReplOffset-r.ReplOffset > MaxSyncLag {
+			continue
+		}
+		if best == nil || r.ReplOffset > best.ReplOffset {
+			best = r
+		}
+	}
+	return best
+}
+
+// Failing reports whether the node's own line carries fail/pfail flags.
+func (s *NodeState) Failing() bool {
+	for _, f := range s.Flags {
+		if f == "fail" || f == "fail?" {
+			return true
+		}
+	}
+	return false
+}
+
+// Forget removes the given node IDs from every reachable node's table (nodes whose own ID is
+// being forgotten are skipped). All nodes are told at once so gossip cannot re-teach a node
+// the ID before the others forget it.
+func (a *Admin) Forget(ctx context.Context, nodes []Node, ids []string) error {
+	snap, err := a.Observe(ctx, nodes)
+	if err != nil {
+		return err
+	}
+	gone := map[string]bool{}
+	for _, id := range ids {
+		gone[id] = true
+	}
+	var todo []Node
+	cmds := map[string][][]string{}
+	for _, st := range snap.Nodes {
+		if !st.Reachable || gone[st.ID] {
+			continue
+		}
+		for _, id := range ids {
+			if st.Peer(id) != nil {
+				cmds[st.Name] = append(cmds[st.Name], []string{"CLUSTER", "FORGET", id})
+			}
+		}
+		if len(cmds[st.Name]) > 0 {
+			todo = append(todo, st.Node)
+		}
+	}
+	return parallel(todo, func(n Node) error {
+		_, err := a.multi(ctx, n, "forget", cmds[n.Name])
+		return err
+	})
+}
+
+// Replicate makes node `replicaName` a replica of the primary of shard `shard` (the shard's
+// slot-holding primary in the live cluster, whatever its name), MEETing it first if it is not
+// in the cluster yet, and waits until its replication link is up. The node must own no slots.
+func (a *Admin) Replicate(ctx context.Context, nodes []Node, replicaName string, shard int) error {
+	snap, err := a.Observe(ctx, nodes)
+	if err != nil {
+		return err
+	}
+	r := snap.ByName(replicaName)
+	if r == nil || !r.Reachable {
+		return opErr(replicaName, "replicate", ErrUnreachable)
+	}
+	var p *NodeState
+	for _, st := range snap.Primaries() {
+		if st.Shard == shard && st.Name != replicaName && len(st.Slots) > 0 {
+			p = st
+		}
+	}
+	if p == nil {
+		return opErr(replicaName, "replicate", fmt.Errorf("%w: shard %d has no slot-holding primary", ErrInvalidSpec, shard))
+	}
+	if r.Peer(p.ID) == nil {
+		if err := a.meetAll(ctx, reachableOnly(snap)); err != nil {
+			return err
+		}
+	}
+	if _, err := a.cmd(ctx, p.Node, "set-sync-delay", "CONFIG", "SET", "repl-diskless-sync-delay", "0"); err != nil {
+		return err
+	}
+	if err := a.attachReplica(ctx, r.Node, p.Node, p.ID); err != nil {
+		return err
+	}
+	return a.waitFor(ctx, "replicate-link", formTimeout, func() (bool, error) {
+		st := a.observeOne(ctx, r.Node)
+		if st.Role == RoleReplica && st.PrimaryID == p.ID && st.LinkState == "up" {
+			return true, nil
+		}
+		return false, fmt.Errorf("%s role=%s link=%s", replicaName, st.Role, st.LinkState)
+	})
+}
+
+// RemoveNode takes node `name` (a replica, or a primary already drained by Rebalance) out of
+// the cluster: the node is reset (so it stops gossiping and cannot rejoin) and every other
+// node forgets its ID. It refuses a primary that still owns slots. The caller deletes the pod
+// afterwards.
+func (a *Admin) RemoveNode(ctx context.Context, nodes []Node, name string) error {
+	snap, err := a.Observe(ctx, nodes)
+	if err != nil {
+		return err
+	}
+	r := snap.ByName(name)
+	if r == nil {
+		return opErr(name, "remove-node", fmt.Errorf("%w: node not in the given set", ErrInvalidSpec))
+	}
+	var rest []Node
+	for _, n := range nodes {
+		if n.Name != name {
+			rest = append(rest, n)
+		}
+	}
+	if !r.Reachable {
+		return opErr(name, "remove-node", fmt.Errorf("%w: cannot tell its role; forget it by ID once it is gone", ErrUnreachable))
+	}
+	if len(r.Slots) > 0 {
+		return opErr(name, "remove-node", fmt.Errorf("%w: node owns slots %s", ErrUnsafe, FormatRanges(r.Slots)))
+	}
+	if _, err := a.cmd(ctx, r.Node, "cluster-reset", "CLUSTER", "RESET", "SOFT"); err != nil {
+		return err
+	}
+	return a.Forget(ctx, rest, []string{r.ID})
+}
+
+func reachableOnly(snap *Snapshot) *Snapshot {
+	out := &Snapshot{}
+	for _, st := range snap.Nodes {
+		if st.Reachable {
+			out.Nodes = append(out.Nodes, st)
+		}
+	}
+	return out
+}

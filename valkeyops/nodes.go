@@ -1,0 +1,169 @@
+package valkeyops
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// ClusterNode is one line of CLUSTER NODES: how the observing node sees one cluster member.
+type ClusterNode struct {
+	ID          string
+	IP          string // announced IP ("" while unknown, e.g. a fresh node seeing itself)
+	Port        int
+	BusPort     int
+	Hostname    string
+	Flags       []string
+	PrimaryID   string // "" for primaries
+	PingSent    int64
+	PongRecv    int64
+	ConfigEpoch uint64
+	LinkState   string // "connected" | "disconnected"
+	Slots       []SlotRange
+	// Migrating maps slot -> destination node ID; Importing maps slot -> source node ID. Only
+	// the observing node's own line ("myself") carries these.
+	Migrating map[int]string
+	Importing map[int]string
+}
+
+// HasFlag reports whether the node carries flag f (e.g. "fail", "fail?", "handshake").
+func (n *ClusterNode) HasFlag(f string) bool {
+	for _, x := range n.Flags {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+// Myself reports whether this line describes the observing node itself.
+func (n *ClusterNode) Myself() bool { return n.HasFlag("myself") }
+
+// IsPrimary reports whether the line says primary ("master").
+func (n *ClusterNode) IsPrimary() bool { return n.HasFlag("master") }
+
+// IsReplica reports whether the line says replica ("slave").
+func (n *ClusterNode) IsReplica() bool { return n.HasFlag("slave") }
+
+// Failing reports fail or pfail ("fail?") flags.
+func (n *ClusterNode) Failing() bool { return n.HasFlag("fail") || n.HasFlag("fail?") }
+
+// Addr is the announced "ip:port" ("" when the IP is unknown).
+func (n *ClusterNode) Addr() string {
+	if n.IP == "" {
+		return ""
+	}
+	return net.JoinHostPort(n.IP, strconv.Itoa(n.Port))
+}
+
+// ParseClusterNodes parses the full CLUSTER NODES reply. It is the only place that knows the
+// line format; everything else works on the structs.
+func ParseClusterNodes(text string) ([]ClusterNode, error) {
+	var out []ClusterNode
+	for lineNo, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		n, err := parseClusterNodeLine(line)
+		if err != nil {
+			return nil, fmt.Errorf("CLUSTER NODES line %d: %w", lineNo+1, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseClusterNodeLine(line string) (ClusterNode, error) {
+	f := strings.Fields(line)
+	if len(f) < 8 {
+		return ClusterNode{}, fmt.Errorf("want at least 8 fields, got %d", len(f))
+	}
+	n := ClusterNode{ID: f[0], LinkState: f[7]}
+	addr := f[1]
+	if i := strings.IndexByte(addr, ','); i >= 0 {
+		extra := strings.Split(addr[i+1:], ",")
+		addr = addr[:i]
+		if len(extra) > 0 && !strings.Contains(extra[0], "=") {
+			n.Hostname = extra[0]
+		}
+	}
+	hostPort, bus, ok := strings.Cut(addr, "@")
+	if ok {
+		bp, err := strconv.Atoi(bus)
+		if err != nil {
+			return ClusterNode{}, fmt.Errorf("bad bus port in %q", f[1])
+		}
+		n.BusPort = bp
+	}
+	colon := strings.LastIndexByte(hostPort, ':')
+	if colon < 0 {
+		return ClusterNode{}, fmt.Errorf("bad address %q", f[1])
+	}
+	n.IP = strings.Trim(hostPort[:colon], "[]")
+	port, err := strconv.Atoi(hostPort[colon+1:])
+	if err != nil {
+		return ClusterNode{}, fmt.Errorf("bad port in %q", f[1])
+	}
+	n.Port = port
+	if n.BusPort == 0 && port != 0 {
+		n.BusPort = port + 10000
+	}
+	if f[2] != "noflags" {
+		n.Flags = strings.Split(f[2], ",")
+	}
+	if f[3] != "-" {
+		n.PrimaryID = f[3]
+	}
+	if n.PingSent, err = strconv.ParseInt(f[4], 10, 64); err != nil {
+		return ClusterNode{}, fmt.Errorf("bad ping-sent %q", f[4])
+	}
+	if n.PongRecv, err = strconv.ParseInt(f[5], 10, 64); err != nil {
+		return ClusterNode{}, fmt.Errorf("bad pong-recv %q", f[5])
+	}
+	if n.ConfigEpoch, err = strconv.ParseUint(f[6], 10, 64); err != nil {
+		return ClusterNode{}, fmt.Errorf("bad config-epoch %q", f[6])
+	}
+	for _, s := range f[8:] {
+		if strings.HasPrefix(s, "[") {
+			inner := strings.Trim(s, "[]")
+			if slot, dst, ok := strings.Cut(inner, "->-"); ok {
+				v, err := strconv.Atoi(slot)
+				if err != nil {
+					return ClusterNode{}, fmt.Errorf("bad migrating slot %q", s)
+				}
+				if n.Migrating == nil {
+					n.Migrating = map[int]string{}
+				}
+				n.Migrating[v] = dst
+				continue
+			}
+			if slot, src, ok := strings.Cut(inner, "-<-"); ok {
+				v, err := strconv.Atoi(slot)
+				if err != nil {
+					return ClusterNode{}, fmt.Errorf("bad importing slot %q", s)
+				}
+				if n.Importing == nil {
+					n.Importing = map[int]string{}
+				}
+				n.Importing[v] = src
+				continue
+			}
+			return ClusterNode{}, fmt.Errorf("bad slot state %q", s)
+		}
+		a, b, isRange := strings.Cut(s, "-")
+		start, err := strconv.Atoi(a)
+		if err != nil || start < 0 || start >= SlotCount {
+			return ClusterNode{}, fmt.Errorf("bad slot %q", s)
+		}
+		end := start
+		if isRange {
+			if end, err = strconv.Atoi(b); err != nil || end < start || end >= SlotCount {
+				return ClusterNode{}, fmt.Errorf("bad slot range %q", s)
+			}
+		}
+		n.Slots = append(n.Slots, SlotRange{start, end})
+	}
+	return n, nil
+}
