@@ -48,8 +48,8 @@ lint:
 	if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	go vet ./...
 
-## unit: pure unit tests and the envtest suites on the real API server
-unit: controlplane
+## unit: unit tests, the envtest suites on the real API server, and the dev cluster's own tests
+unit: controlplane valkey-image
 	$(GO_TEST) -timeout 20m $$(go list ./... | grep -v -e /integration -e /e2e)
 
 ## integration: valkeyops against real Valkey containers (no Kubernetes)

@@ -261,6 +261,13 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := grantNodes(ctx, kube); err != nil {
 		return nil, err
 	}
+	// The controller manager's service-account controller would create this
+	// some seconds later; pods (admission requires the account) can be
+	// created as soon as Up returns.
+	_, err = kube.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create default service account: %w", err)
+	}
 
 	ncfg := NodesConfig(o, nil)
 	ncfg.Kubeconfig = nodeFiles.Kubeconfig

@@ -182,6 +182,12 @@ func TestDevClusterRunsPods(t *testing.T) {
 		t.Logf("ConfigMap change visible in container after %.1fs", time.Since(updated).Seconds())
 	})
 
+	t.Run("secret volume readable by uid 999", func(t *testing.T) {
+		got, err := ask(ip, "CAT /etc/valkey/tls/password")
+		require.NoError(t, err)
+		assert.Equal(t, "pw-123", got)
+	})
+
 	t.Run("kubectl logs", func(t *testing.T) {
 		out := env.Kubectl(t, "logs", pod.Name)
 		assert.Contains(t, out, "devpod listening on 7000")
@@ -247,6 +253,10 @@ func TestDevClusterRunsPods(t *testing.T) {
 	})
 }
 
+// ownerOnly is a restrictive secret file mode: the files must still be
+// readable by the pod's user (999).
+var ownerOnly int32 = 0o400
+
 func valkeyShapedPod(name string) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "devpod"}},
@@ -267,7 +277,7 @@ func valkeyShapedPod(name string) *corev1.Pod {
 					{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 					{Name: "PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "auth"}, Key: "password"}}},
 				},
-				VolumeMounts: []corev1.VolumeMount{{Name: "acl", MountPath: "/etc/valkey/acl"}, {Name: "data", MountPath: "/data"}},
+				VolumeMounts: []corev1.VolumeMount{{Name: "acl", MountPath: "/etc/valkey/acl"}, {Name: "tls", MountPath: "/etc/valkey/tls"}, {Name: "data", MountPath: "/data"}},
 				Ports:        []corev1.ContainerPort{{Name: "client", ContainerPort: 7000}},
 				ReadinessProbe: &corev1.Probe{
 					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("client")}},
@@ -280,6 +290,7 @@ func valkeyShapedPod(name string) *corev1.Pod {
 			}},
 			Volumes: []corev1.Volume{
 				{Name: "acl", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: "acl"}}}},
+				{Name: "tls", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "auth", DefaultMode: &ownerOnly}}},
 				{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			},
 		},

@@ -216,9 +216,11 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 		cp.procs = append(cp.procs, p)
 		return nil
 	}
-	// The API server retries etcd and the scheduler and controller manager
-	// retry the API server, so everything starts at once.
-	for _, name := range Binaries {
+	// The API server retries etcd, so both start at once. The scheduler and
+	// controller manager start once the API server is ready: the controller
+	// manager gives up if the API server is not healthy (RBAC bootstrapped)
+	// within its own timeout, which a loaded 2-core machine can exceed.
+	for _, name := range Binaries[:2] {
 		if err := start(name); err != nil {
 			cp.Stop()
 			return nil, err
@@ -227,6 +229,12 @@ func Start(ctx context.Context, cfg Config) (*ControlPlane, error) {
 	if err := cp.WaitReady(ctx, 90*time.Second); err != nil {
 		cp.Stop()
 		return nil, err
+	}
+	for _, name := range Binaries[2:] {
+		if err := start(name); err != nil {
+			cp.Stop()
+			return nil, err
+		}
 	}
 	return cp, nil
 }

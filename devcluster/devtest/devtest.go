@@ -128,6 +128,9 @@ func Start(t testing.TB, o ...Options) *Env {
 		t.Fatalf("dev cluster: %v", err)
 	}
 	t.Cleanup(func() {
+		if t.Failed() && env.Cluster != nil {
+			logTails(t, env.Cluster.Options.StateDir)
+		}
 		if err := stop(); err != nil {
 			t.Errorf("dev cluster teardown: %v", err)
 		}
@@ -231,4 +234,21 @@ func randomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// logTails shows the end of every component log, since a private cluster's
+// state directory is removed with it.
+func logTails(t testing.TB, stateDir string) {
+	logs, _ := filepath.Glob(filepath.Join(stateDir, "logs", "*.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		if len(lines) > 20 {
+			lines = lines[len(lines)-20:]
+		}
+		t.Logf("--- %s (last %d lines)\n%s", filepath.Base(l), len(lines), strings.Join(lines, "\n"))
+	}
 }

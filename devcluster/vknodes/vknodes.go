@@ -134,6 +134,10 @@ func Run(ctx context.Context, cfg Config, ready chan<- struct{}) error {
 			},
 			nodeutil.WithClient(kube),
 			nodeutil.AttachProviderRoutes(mux),
+			nodeutil.WithPodControllerConfigOverrides(func(pc *node.PodControllerConfig) error {
+				pc.SyncPodsFromKubernetesShouldRetryFunc = retryLikeKubelet
+				return nil
+			}),
 			func(c *nodeutil.NodeConfig) error {
 				c.HTTPListenAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 				c.Handler = mux
@@ -190,6 +194,15 @@ func drain(errs chan error) error {
 			return errors.Join(out...)
 		}
 	}
+}
+
+// retryLikeKubelet keeps retrying a pod that cannot start yet (say, its
+// Secret does not exist yet) with a short capped back-off, as a kubelet
+// does. virtual-kubelet's default gives up for good after 20 attempts with a
+// back-off that grows to minutes.
+func retryLikeKubelet(_ context.Context, _ string, timesTried int, _ time.Time, _ error) (*time.Duration, error) {
+	d := min(200*time.Millisecond<<min(timesTried, 6), 5*time.Second)
+	return &d, nil
 }
 
 // describeNode fills in what the scheduler and kubectl show about a node.

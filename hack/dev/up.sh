@@ -55,6 +55,13 @@ manager_running() {
 	pid=$(cat "$state/pids/manager.pid" 2>/dev/null) || return 1
 	kill -0 "$pid" 2>/dev/null && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'bin/manager'
 }
+# A rebuilt operator replaces the running one.
+manager_sum=$(sha256sum bin/manager 2>/dev/null | cut -d' ' -f1 || true)
+if [[ $manager_ok == 1 ]] && manager_running && [[ $manager_sum != "$(cat "$state/pids/manager.sum" 2>/dev/null)" ]]; then
+	say "operator binary changed: restarting it"
+	kill -TERM "$(cat "$state/pids/manager.pid")" || true
+	for _ in $(seq 100); do manager_running || break; sleep 0.1; done
+fi
 if [[ $manager_ok == 1 ]] && ! manager_running; then
 	# The operator runs on the host; pod addresses on the dev network are reachable from here.
 	# shellcheck disable=SC2086
@@ -62,6 +69,7 @@ if [[ $manager_ok == 1 ]] && ! manager_running; then
 		--metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081 \
 		${MANAGER_ARGS:-} >>"$state/logs/manager.log" 2>&1 </dev/null &
 	echo $! >"$state/pids/manager.pid"
+	echo "$manager_sum" >"$state/pids/manager.sum"
 	sleep 1
 	if ! manager_running; then
 		manager_ok=0

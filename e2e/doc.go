@@ -1,0 +1,10 @@
+// Package e2e holds the end-to-end tests: a private dev cluster (real control plane,
+// virtual-kubelet nodes running pods as Docker containers), the operator built from
+// cmd/manager running as a real process, the real kubectl driving everything, and real
+// Valkey servers checked with valkey-cli and a cluster-mode client.
+//
+// Run: go test ./e2e/... -count=1 -timeout 30m (needs bin/controlplane, the Valkey image
+// VALKEY_IMAGE and valkey-cli on the host: make prerequisites). With DEVCLUSTER_REUSE=1 the
+// tests use the cluster `make dev` left running instead; stop its operator first, since the
+// tests run their own.
+package e2e

@@ -1,0 +1,338 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/moby/moby/client"
+
+	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+)
+
+var (
+	clustersGVR = schema.GroupVersionResource{Group: "valkey.gomomento.com", Version: "v1alpha1", Resource: "valkeyclusters"}
+	nodesGVR    = schema.GroupVersionResource{Group: "valkey.gomomento.com", Version: "v1alpha1", Resource: "valkeynodes"}
+)
+
+// kubectlPath prefers the system kubectl the brief names, falling back to PATH.
+func kubectlPath() string {
+	if _, err := os.Stat("/usr/bin/kubectl"); err == nil {
+		return "/usr/bin/kubectl"
+	}
+	return "kubectl"
+}
+
+// kubectlRun runs the real kubectl against the dev cluster; stdin may be empty.
+func kubectlRun(stdin string, args ...string) (string, error) {
+	cmd := exec.Command(kubectlPath(), append([]string{"--kubeconfig", suite.env.Kubeconfig}, args...)...)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
+// ns is one test's namespace and what it needs to explain a failure.
+type ns struct {
+	t    *testing.T
+	name string
+}
+
+// newNamespace creates a namespace for t. On failure it dumps the namespace's state and the
+// operator log; at the end it deletes the namespace's ValkeyClusters, waits for their
+// containers to go (so the next test starts on free cores) and deletes the namespace.
+func newNamespace(t *testing.T, prefix string) *ns {
+	t.Helper()
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	n := &ns{t: t, name: prefix + "-" + hex.EncodeToString(b)}
+	n.kubectl("create", "namespace", n.name)
+	t.Cleanup(func() {
+		if t.Failed() {
+			n.dump()
+		}
+		if _, err := kubectlRun("", "delete", "valkeyclusters", "--all", "-n", n.name, "--wait=false"); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+		deadline := time.Now().Add(90 * time.Second)
+		for time.Now().Before(deadline) {
+			if names, err := n.containers(); err == nil && len(names) == 0 {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		if _, err := kubectlRun("", "delete", "namespace", n.name, "--wait=false"); err != nil {
+			t.Logf("cleanup: %v", err)
+		}
+	})
+	return n
+}
+
+// kubectl runs kubectl in the namespace and fails the test (with context) on error.
+func (n *ns) kubectl(args ...string) string {
+	n.t.Helper()
+	return n.kubectlIn("", args...)
+}
+
+// kubectlIn is kubectl with stdin.
+func (n *ns) kubectlIn(stdin string, args ...string) string {
+	n.t.Helper()
+	out, err := kubectlRun(stdin, append(args, "-n", n.name)...)
+	if err != nil {
+		n.t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+// dump logs what explains a failure: the namespace's objects, the cluster's description
+// and Events, the Docker containers and the operator's log tail.
+func (n *ns) dump() {
+	t := n.t
+	for _, args := range [][]string{
+		{"get", "valkeyclusters,valkeynodes,pods,secrets,configmaps,services", "-o", "wide"},
+		{"get", "valkeyclusters", "-o", "yaml"},
+		{"describe", "valkeyclusters"},
+		{"describe", "pods"},
+		{"get", "events", "--sort-by=.lastTimestamp"},
+	} {
+		out, err := kubectlRun("", append(args, "-n", n.name)...)
+		t.Logf("--- kubectl %s -n %s:\n%s%v", strings.Join(args, " "), n.name, out, errOrEmpty(err))
+	}
+	out, err := kubectlRun("", "get", "valkeyimages,valkeyconfigs,nodes", "-o", "wide")
+	t.Logf("--- kubectl get valkeyimages,valkeyconfigs,nodes:\n%s%v", out, errOrEmpty(err))
+	names, err := n.containers()
+	t.Logf("--- docker containers of %s: %v %v", n.name, names, errOrEmpty(err))
+	t.Logf("--- operator log tail:\n%s", suite.operator.tail(80))
+	if nodesLog := filepath.Join(stateDir(), "logs", "nodes.log"); fileExists(nodesLog) {
+		t.Logf("--- dev nodes log tail (%s):\n%s", nodesLog, tailFile(nodesLog, 30))
+	}
+}
+
+// containers lists the dev cluster's Docker containers running this namespace's pods.
+func (n *ns) containers() ([]string, error) {
+	docker, err := dockernet.NewClient()
+	if err != nil {
+		return nil, err
+	}
+	defer docker.Close()
+	f := dockernet.InstanceFilter(suite.env.Instance).Add("label", dockernet.LabelPodNamespace+"="+n.name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, c := range list.Items {
+		names = append(names, strings.TrimPrefix(strings.Join(c.Names, ","), "/")+"("+string(c.State)+")")
+	}
+	return names, nil
+}
+
+// cluster reads a ValkeyCluster through the API (cheap enough to poll often, unlike
+// spawning kubectl on two shared cores).
+func (n *ns) cluster(name string) (*unstructured.Unstructured, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return suite.dyn.Resource(clustersGVR).Namespace(n.name).Get(ctx, name, metav1.GetOptions{})
+}
+
+// state returns status.state and status.message ("" when unset).
+func (n *ns) state(name string) (state, message string, err error) {
+	u, err := n.cluster(name)
+	if err != nil {
+		return "", "", err
+	}
+	state, _, _ = unstructured.NestedString(u.Object, "status", "state")
+	message, _, _ = unstructured.NestedString(u.Object, "status", "message")
+	return state, message, nil
+}
+
+// valkeyNodes lists the namespace's ValkeyNodes of cluster.
+func (n *ns) valkeyNodes(cluster string) ([]unstructured.Unstructured, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := suite.dyn.Resource(nodesGVR).Namespace(n.name).List(ctx, metav1.ListOptions{LabelSelector: "valkey.gomomento.com/cluster=" + cluster})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// pods lists the names of the cluster's pods.
+func (n *ns) pods(cluster string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := suite.env.Kube.CoreV1().Pods(n.name).List(ctx, metav1.ListOptions{LabelSelector: "valkey.gomomento.com/cluster=" + cluster})
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, p := range l.Items {
+		names = append(names, p.Name)
+	}
+	return names, nil
+}
+
+// podIPs returns the IPs of the cluster's pods (from the Pod objects' status).
+func (n *ns) podIPs(cluster string) []string {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := suite.env.Kube.CoreV1().Pods(n.name).List(ctx, metav1.ListOptions{LabelSelector: "valkey.gomomento.com/cluster=" + cluster})
+	if err != nil {
+		n.t.Fatalf("list pods: %v", err)
+	}
+	var ips []string
+	for _, p := range l.Items {
+		if p.Status.PodIP != "" {
+			ips = append(ips, p.Status.PodIP)
+		}
+	}
+	return ips
+}
+
+// secretValue reads one key of a Secret.
+func (n *ns) secretValue(name, key string) string {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := suite.env.Kube.CoreV1().Secrets(n.name).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		n.t.Fatalf("get Secret %s: %v", name, err)
+	}
+	v, ok := s.Data[key]
+	if !ok {
+		n.t.Fatalf("Secret %s has no key %q", name, key)
+	}
+	return string(v)
+}
+
+// eventually polls cond every interval until it reports done or timeout passes; then it
+// fails the test with cond's last description. cond's error return aborts at once.
+func (n *ns) eventually(timeout, interval time.Duration, what string, cond func() (done bool, status string, err error)) {
+	n.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var status string
+	for {
+		if err := suite.operator.running(); err != nil {
+			n.t.Fatalf("%s: %v", what, err)
+		}
+		done, s, err := cond()
+		if err != nil {
+			n.t.Fatalf("%s: %v", what, err)
+		}
+		status = s
+		if done {
+			return
+		}
+		if time.Now().After(deadline) {
+			n.t.Fatalf("%s: not reached within %s; last seen: %s", what, timeout, status)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// waitState waits for the cluster to reach state, returning when it did.
+func (n *ns) waitState(name, want string, timeout time.Duration) time.Time {
+	n.t.Helper()
+	var at time.Time
+	n.eventually(timeout, 250*time.Millisecond, fmt.Sprintf("ValkeyCluster %s/%s state %s", n.name, name, want), func() (bool, string, error) {
+		state, msg, err := n.state(name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return false, err.Error(), nil
+		}
+		at = time.Now()
+		return state == want, fmt.Sprintf("state=%q message=%q", state, msg), nil
+	})
+	return at
+}
+
+// stateDir is the dev cluster's state directory (logs live there).
+func stateDir() string {
+	if suite.env.Cluster != nil {
+		return suite.env.Cluster.Options.StateDir
+	}
+	return filepath.Join(suite.root, ".dev")
+}
+
+func errOrEmpty(err error) string {
+	if err == nil {
+		return ""
+	}
+	return "error: " + err.Error()
+}
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
+
+func tailFile(p string, n int) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	for i, l := range lines {
+		if len(l) > 400 { // stack traces in one line say little more after this
+			lines[i] = l[:400] + "…"
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// logTimeline logs when the cluster's ValkeyNodes and Pods were created, scheduled and became
+// ready, relative to start: where the apply-to-Active time went.
+func (n *ns) logTimeline(cluster string, start time.Time) {
+	n.t.Helper()
+	rel := func(ts time.Time) string {
+		if ts.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("%+.1fs", ts.Sub(start).Seconds())
+	}
+	var b strings.Builder
+	if nodes, err := n.valkeyNodes(cluster); err == nil {
+		for _, vn := range nodes {
+			fmt.Fprintf(&b, "  ValkeyNode %s created %s\n", vn.GetName(), rel(vn.GetCreationTimestamp().Time))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if l, err := suite.env.Kube.CoreV1().Pods(n.name).List(ctx, metav1.ListOptions{LabelSelector: "valkey.gomomento.com/cluster=" + cluster}); err == nil {
+		for _, p := range l.Items {
+			conds := map[string]time.Time{}
+			for _, c := range p.Status.Conditions {
+				conds[string(c.Type)] = c.LastTransitionTime.Time
+			}
+			started := time.Time{}
+			for _, cs := range p.Status.ContainerStatuses {
+				if cs.State.Running != nil {
+					started = cs.State.Running.StartedAt.Time
+				}
+			}
+			fmt.Fprintf(&b, "  Pod %s on %s created %s scheduled %s started %s ready %s\n", p.Name, p.Spec.NodeName,
+				rel(p.CreationTimestamp.Time), rel(conds["PodScheduled"]), rel(started), rel(conds["Ready"]))
+		}
+	}
+	n.t.Logf("timeline of %s (relative to apply; API timestamps have 1s resolution):\n%s", cluster, b.String())
+}

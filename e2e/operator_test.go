@@ -1,0 +1,198 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// operator is the cmd/manager binary running as a real process against the dev cluster.
+type operator struct {
+	cmd     *exec.Cmd
+	logPath string
+	metrics string
+	exited  chan struct{}
+	waitErr error
+}
+
+// startOperator runs the manager and waits until its readiness endpoint answers.
+func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
+	metricsPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	probePort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin,
+		"--kubeconfig", kubeconfig,
+		"--namespace", operatorNamespace,
+		"--leader-elect=false",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metricsPort),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probePort),
+		"--recheck-interval", recheckInterval.String(),
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, err
+	}
+	op := &operator{cmd: cmd, logPath: logPath, exited: make(chan struct{}),
+		metrics: fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)}
+	go func() {
+		op.waitErr = cmd.Wait()
+		logFile.Close()
+		close(op.exited)
+	}()
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-op.exited:
+			return nil, fmt.Errorf("operator exited at start (%v); log:\n%s", op.waitErr, op.tail(40))
+		default:
+		}
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return op, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			_ = op.stop()
+			return nil, fmt.Errorf("operator not ready at %s after 60s; log:\n%s", url, op.tail(40))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (o *operator) pid() int { return o.cmd.Process.Pid }
+
+// running reports an error when the process has exited.
+func (o *operator) running() error {
+	select {
+	case <-o.exited:
+		return fmt.Errorf("operator process exited: %v", o.waitErr)
+	default:
+		return nil
+	}
+}
+
+// stop sends SIGTERM (graceful shutdown) and escalates to SIGKILL after 40s.
+func (o *operator) stop() error {
+	select {
+	case <-o.exited:
+		return nil
+	default:
+	}
+	_ = o.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-o.exited:
+		var exitErr *exec.ExitError
+		if o.waitErr != nil && !errors.As(o.waitErr, &exitErr) {
+			return o.waitErr
+		}
+		return nil
+	case <-time.After(40 * time.Second):
+		_ = o.cmd.Process.Kill()
+		<-o.exited
+		return errors.New("operator ignored SIGTERM for 40s; killed")
+	}
+}
+
+// logSize is the log's current length: an operator is idle when it stops growing.
+func (o *operator) logSize() int64 {
+	fi, err := os.Stat(o.logPath)
+	if err != nil {
+		return -1
+	}
+	return fi.Size()
+}
+
+// tail returns the last n lines of the operator's log.
+func (o *operator) tail(n int) string {
+	b, err := os.ReadFile(o.logPath)
+	if err != nil {
+		return "(no operator log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// rssKiB reads VmRSS from /proc/<pid>/status.
+func (o *operator) rssKiB() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", o.pid()))
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) >= 3 && f[0] == "VmRSS:" && f[2] == "kB" {
+			return strconv.ParseInt(f[1], 10, 64)
+		}
+	}
+	return 0, errors.New("no VmRSS line in /proc/<pid>/status")
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// reconcileTotal sums controller_runtime_reconcile_total over results from the metrics
+// endpoint: a number that stops moving when the operator is idle.
+func (o *operator) reconcileTotal() (float64, error) {
+	resp, err := http.Get(o.metrics)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET %s: %s", o.metrics, resp.Status)
+	}
+	sum, found := 0.0, false
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "controller_runtime_reconcile_total{") {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return 0, fmt.Errorf("metrics line %q: %w", line, err)
+		}
+		sum, found = sum+v, true
+	}
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	if !found {
+		return 0, errors.New("no controller_runtime_reconcile_total in the operator's metrics")
+	}
+	return sum, nil
+}

@@ -1,0 +1,105 @@
+package valkeyops
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRenderACL(t *testing.T) {
+	h := HashPassword("pw")
+	tests := []struct {
+		name  string
+		users []ACLUser
+		want  []string // lines after default and operator
+	}{
+		{name: "no spec users"},
+		{
+			name: "categories, commands, key access, channels",
+			users: []ACLUser{{Name: "app", PasswordHashes: []string{strings.ToUpper(h)}, Permissions: []ACLPermission{{
+				Categories: []ACLRule{{Name: "read", Allow: true}, {Name: "@dangerous", Allow: false}},
+				Commands:   []ACLRule{{Name: "SET", Allow: true}, {Name: "config|get", Allow: false}},
+				Keys:       []KeyPattern{{Pattern: "r:*", Access: "read"}, {Pattern: "w:*", Access: "write"}, {Pattern: "rw:*", Access: "readwrite"}},
+				Channels:   []string{"news.*"},
+			}}}},
+			want: []string{"user app on #" + h + " %R~r:* %W~w:* ~rw:* resetchannels &news.* -@all +@read -@dangerous +set -config|get"},
+		},
+		{
+			name: "extra permissions become selectors",
+			users: []ACLUser{{Name: "sel", PasswordHashes: []string{h}, Permissions: []ACLPermission{
+				{Categories: []ACLRule{{Name: "read", Allow: true}}, Keys: []KeyPattern{{Pattern: "a:*", Access: "read"}}},
+				{Commands: []ACLRule{{Name: "set", Allow: true}}, Keys: []KeyPattern{{Pattern: "b:*", Access: "write"}}},
+			}}},
+			want: []string{"user sel on #" + h + " %R~a:* resetchannels -@all +@read (%W~b:* resetchannels -@all +set)"},
+		},
+		{
+			name:  "user without permissions gets nothing",
+			users: []ACLUser{{Name: "none", PasswordHashes: []string{h}}},
+			want:  []string{"user none on #" + h + " resetchannels -@all"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := ACLSpec{DefaultPassword: "d", OperatorPassword: "o", Users: tt.users}
+			require.NoError(t, ValidateACL(spec))
+			got := strings.Split(strings.TrimSuffix(RenderACL(spec), "\n"), "\n")
+			require.GreaterOrEqual(t, len(got), 2)
+			assert.Equal(t, "user default on #"+HashPassword("d")+" ~* resetchannels &* +@all", got[0])
+			assert.Equal(t, "user operator on #"+HashPassword("o")+" ~* resetchannels &* +@all", got[1])
+			assert.Equal(t, tt.want, nilIfEmpty(got[2:]))
+			assert.NotContains(t, RenderACL(spec), " d ", "plaintext passwords never rendered")
+		})
+	}
+}
+
+func nilIfEmpty(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	return s
+}
+
+func TestValidateACL(t *testing.T) {
+	h := HashPassword("x")
+	ok := ACLSpec{DefaultPassword: "d", OperatorPassword: "o"}
+	tests := []struct {
+		name string
+		spec ACLSpec
+		ok   bool
+	}{
+		{"minimal", ok, true},
+		{"missing operator password", ACLSpec{DefaultPassword: "d"}, false},
+		{"reserved name", withUser(ok, ACLUser{Name: "operator"}), false},
+		{"duplicate", withUser(withUser(ok, ACLUser{Name: "a"}), ACLUser{Name: "a"}), false},
+		{"bad name", withUser(ok, ACLUser{Name: "a b"}), false},
+		{"bad hash", withUser(ok, ACLUser{Name: "a", PasswordHashes: []string{"plain"}}), false},
+		{"bad access", withUser(ok, ACLUser{Name: "a", PasswordHashes: []string{h}, Permissions: []ACLPermission{{Keys: []KeyPattern{{Pattern: "x", Access: "all"}}}}}), false},
+		{"pattern with space", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Keys: []KeyPattern{{Pattern: "x y", Access: "read"}}}}}), false},
+		{"selector injection", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Channels: []string{"x)"}}}}), false},
+		{"bad command", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Commands: []ACLRule{{Name: "get ~*"}}}}}), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := ValidateACL(tt.spec)
+			if tt.ok {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorIs(t, err, ErrInvalidSpec)
+		})
+	}
+}
+
+func withUser(s ACLSpec, u ACLUser) ACLSpec {
+	s.Users = append(append([]ACLUser(nil), s.Users...), u)
+	return s
+}
+
+func TestNewAdminRequiresPassword(t *testing.T) {
+	_, err := NewAdmin(Options{Username: OperatorUser})
+	assert.ErrorIs(t, err, ErrAuthRequired)
+	var op *OpError
+	assert.ErrorAs(t, err, &op)
+}
