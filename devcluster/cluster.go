@@ -206,6 +206,13 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if prev, err := LoadOptions(o.StateDir); err == nil {
+		// Images chosen at first start stay unless given again.
+		if opts.ValkeyImage == "" && os.Getenv("VALKEY_IMAGE") == "" {
+			o.ValkeyImage = prev.ValkeyImage
+		}
+		if opts.Valkey9Image == "" && os.Getenv("VALKEY9_IMAGE") == "" {
+			o.Valkey9Image = prev.Valkey9Image
+		}
 		// Keep the instance, ports and mode the state was created with.
 		o.Instance, o.APIServerPort, o.EtcdPort, o.EtcdPeerPort, o.KubeletBasePort = prev.Instance, prev.APIServerPort, prev.EtcdPort, prev.EtcdPeerPort, prev.KubeletBasePort
 	}
@@ -267,6 +274,18 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	_, err = kube.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{})
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create default service account: %w", err)
+	}
+	// Likewise the CA bundle every service-account token volume projects
+	// (the controller manager's root-ca publisher writes the same content).
+	caPEM, err := os.ReadFile(filepath.Join(cpCfg.PKIDir(), "ca.crt"))
+	if err != nil {
+		return nil, err
+	}
+	_, err = kube.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "kube-root-ca.crt"}, Data: map[string]string{"ca.crt": string(caPEM)},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("create kube-root-ca.crt: %w", err)
 	}
 
 	ncfg := NodesConfig(o, nil)

@@ -334,5 +334,27 @@ func (n *ns) logTimeline(cluster string, start time.Time) {
 				rel(p.CreationTimestamp.Time), rel(conds["PodScheduled"]), rel(started), rel(conds["Ready"]))
 		}
 	}
+	if l, err := suite.env.Kube.CoreV1().Events(n.name).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range l.Items {
+			ts := e.LastTimestamp.Time
+			if ts.IsZero() {
+				ts = e.EventTime.Time
+			}
+			fmt.Fprintf(&b, "  Event %s %s/%s %s x%d: %s\n", rel(ts), e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Count, e.Message)
+		}
+	}
+	if os.Getenv("E2E_DEBUG") != "" {
+		if raw, err := os.ReadFile(filepath.Join(stateDir(), "logs", "nodes.log")); err == nil {
+			b.WriteString("  dev nodes log lines about this namespace:\n")
+			for _, l := range strings.Split(string(raw), "\n") {
+				if strings.Contains(l, n.name+"/") {
+					if len(l) > 300 {
+						l = l[:300] + "…"
+					}
+					b.WriteString("    " + l + "\n")
+				}
+			}
+		}
+	}
 	n.t.Logf("timeline of %s (relative to apply; API timestamps have 1s resolution):\n%s", cluster, b.String())
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gomomento/valkey-operator/devcluster"
@@ -119,6 +121,10 @@ func withCluster(m *testing.M, env *devtest.Env, bin, tmp string) int {
 		fmt.Fprintf(os.Stderr, "e2e: create namespace: %v\n%s", err, out)
 		return 1
 	}
+	if err := waitSchedulable(env, 60*time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	op, err := startOperator(bin, env.Kubeconfig, filepath.Join(tmp, "manager.log"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: operator:", err)
@@ -156,4 +162,37 @@ func preflight() error {
 		return fmt.Errorf("bin/controlplane not built (hack/build-controlplane.sh): %w", err)
 	}
 	return nil
+}
+
+// waitSchedulable waits until no node carries a NoSchedule/NoExecute taint. Right after the
+// dev cluster reports its nodes Ready they still carry node.kubernetes.io/not-ready until the
+// node lifecycle controller catches up; pods created then fail scheduling and sit in the
+// scheduler's back-off, which would pollute the apply-to-Active figure.
+func waitSchedulable(env *devtest.Env, timeout time.Duration) error {
+	start := time.Now()
+	var last string
+	for time.Since(start) < timeout {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		l, err := env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		cancel()
+		if err != nil {
+			last = err.Error()
+		} else {
+			var tainted []string
+			for _, n := range l.Items {
+				for _, t := range n.Spec.Taints {
+					if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+						tainted = append(tainted, n.Name+":"+t.Key)
+					}
+				}
+			}
+			if len(l.Items) > 0 && len(tainted) == 0 {
+				fmt.Printf("e2e: nodes schedulable after %.1fs more\n", time.Since(start).Seconds())
+				return nil
+			}
+			last = fmt.Sprintf("%d nodes, tainted: %v", len(l.Items), tainted)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return fmt.Errorf("nodes not schedulable after %s: %s", timeout, last)
 }

@@ -260,7 +260,7 @@ func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
 	ready := true
 	for _, n := range p.nodes {
 		pod := p.pods[n.Name()]
-		if pod == nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" {
+		if pod == nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || !podReady(pod) {
 			ready = false
 			continue
 		}
@@ -275,6 +275,20 @@ func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 	}
 	return nil
+}
+
+// podReady reports the pod's Ready condition: its readiness probe (TCP on the client port)
+// passed, so the server accepts connections. Running alone only means the container started;
+// dialing then races the server's start-up (connection refused, a spurious BootstrapFailed
+// Warning Event and a poll interval lost). The Ready transition is a Pod event, so waiting
+// for it costs no extra latency.
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // setNodeStatus applies mutate to a node's status and writes it only if it changed.

@@ -79,7 +79,8 @@ func (a *Admin) Close() {
 	}
 }
 
-// client returns the connection to addr, dialing it on first use. A failed dial is not cached.
+// client returns the connection to addr, dialing it on first use (through Options.Remap, so
+// callers may pass the addresses nodes announce). A failed dial is not cached.
 func (a *Admin) client(addr string) (valkey.Client, error) {
 	a.mu.Lock()
 	c, ok := a.clients[addr]
@@ -92,7 +93,7 @@ func (a *Admin) client(addr string) (valkey.Client, error) {
 		tlsCfg = a.opts.TLS.Clone()
 	}
 	c, err := valkey.NewClient(valkey.ClientOption{
-		InitAddress:       []string{addr},
+		InitAddress:       []string{a.remap(addr)},
 		Username:          a.opts.Username,
 		Password:          a.opts.Password,
 		TLSConfig:         tlsCfg,
@@ -188,6 +189,21 @@ func (a *Admin) multi(ctx context.Context, n Node, step string, cmds [][]string)
 // lets those waits overlap.
 const setslotConns = 32
 
+// multiSpreadPairs is multiSpread for a list where a STABLE command must stay on the same
+// connection as, and right before, the command that follows it.
+func (a *Admin) multiSpreadPairs(ctx context.Context, n Node, step string, cmds [][]string) error {
+	var groups [][][]string
+	for i := 0; i < len(cmds); i++ {
+		g := [][]string{cmds[i]}
+		if len(cmds[i]) == 4 && cmds[i][3] == "STABLE" && i+1 < len(cmds) {
+			g = append(g, cmds[i+1])
+			i++
+		}
+		groups = append(groups, g)
+	}
+	return a.spreadGroups(ctx, n, step, groups)
+}
+
 // multiSpread is multi with the commands split over setslotConns dedicated connections. Only
 // for commands whose relative order does not matter (SETSLOT of distinct slots).
 func (a *Admin) multiSpread(ctx context.Context, n Node, step string, cmds [][]string) error {
@@ -195,15 +211,31 @@ func (a *Admin) multiSpread(ctx context.Context, n Node, step string, cmds [][]s
 		_, err := a.multi(ctx, n, step, cmds)
 		return err
 	}
+	groups := make([][][]string, len(cmds))
+	for i, c := range cmds {
+		groups[i] = [][]string{c}
+	}
+	return a.spreadGroups(ctx, n, step, groups)
+}
+
+// spreadGroups sends groups of commands over up to setslotConns dedicated connections; the
+// commands of one group stay together and in order on one connection.
+func (a *Admin) spreadGroups(ctx context.Context, n Node, step string, groups [][][]string) error {
+	if len(groups) == 0 {
+		return nil
+	}
 	c, err := a.client(n.Addr)
 	if err != nil {
 		return opErr(n.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
 	}
-	parts := min(setslotConns, len(cmds))
+	parts := min(setslotConns, len(groups))
 	errs := make([]error, parts)
 	var wg sync.WaitGroup
 	for p := 0; p < parts; p++ {
-		group := cmds[p*len(cmds)/parts : (p+1)*len(cmds)/parts]
+		var group [][]string
+		for _, g := range groups[p*len(groups)/parts : (p+1)*len(groups)/parts] {
+			group = append(group, g...)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

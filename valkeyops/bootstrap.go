@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 )
+
+// formingNodeTimeout (ms) is the cluster-node-timeout fresh nodes run with while Bootstrap
+// forms them; see Bootstrap.
+const formingNodeTimeout = 1000
 
 // formTimeout bounds each wait of Bootstrap (handshakes, slot gossip, replica attach).
 const formTimeout = 60 * time.Second
@@ -57,16 +62,50 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
 			fresh = append(fresh, st.Node)
 		}
 	}
+	// A primary that was alone (as every fresh node is) keeps reporting cluster_state:fail for
+	// a "rejoin delay" of cluster-node-timeout (clamped to 0.5-5 s) after it stops being in the
+	// minority. Fresh, empty nodes get formingNodeTimeout while the cluster forms and their
+	// configured value back once it is formed.
+	origTimeout := map[string]string{}
+	var mu sync.Mutex
 	if err := parallel(fresh, func(n Node) error {
-		// Empty new nodes sync their replicas at once instead of after the default 5s delay.
-		_, err := a.multi(ctx, n, "set-config-epoch", [][]string{
+		res, err := a.multi(ctx, n, "set-config-epoch", [][]string{
+			{"CONFIG", "GET", "cluster-node-timeout"},
 			{"CLUSTER", "SET-CONFIG-EPOCH", strconv.FormatUint(epochs[n.Name], 10)},
+			// Empty new nodes sync their replicas at once instead of after the default 5s delay.
 			{"CONFIG", "SET", "repl-diskless-sync-delay", "0"},
 		})
-		return err
+		if err != nil {
+			return err
+		}
+		kv, err := res[0].AsStrMap()
+		if err != nil {
+			return opErr(n.Name, "set-config-epoch", err)
+		}
+		if v, _ := strconv.Atoi(kv["cluster-node-timeout"]); v > formingNodeTimeout {
+			if _, err := a.cmd(ctx, n, "set-node-timeout", "CONFIG", "SET", "cluster-node-timeout", strconv.Itoa(formingNodeTimeout)); err != nil {
+				return err
+			}
+			mu.Lock()
+			origTimeout[n.Name] = kv["cluster-node-timeout"]
+			mu.Unlock()
+		}
+		return nil
 	}); err != nil {
 		return err
 	}
+	defer func() {
+		var touched []Node
+		for _, n := range fresh {
+			if origTimeout[n.Name] != "" {
+				touched = append(touched, n)
+			}
+		}
+		_ = parallel(touched, func(n Node) error {
+			_, err := a.cmd(context.WithoutCancel(ctx), n, "restore-node-timeout", "CONFIG", "SET", "cluster-node-timeout", origTimeout[n.Name])
+			return err
+		})
+	}()
 
 	// Slots: shard i's primary takes the unowned part of range i. Assigned before MEET so the
 	// ownership travels with the handshake.

@@ -95,3 +95,35 @@ func TestSlots(t *testing.T) {
 	assert.Equal(t, "1-3 7", FormatRanges([]SlotRange{{1, 3}, {7, 7}}))
 	assert.Equal(t, []int{1, 2, 3, 7}, ExpandSlots([]SlotRange{{1, 3}, {7, 7}}))
 }
+
+func TestStripVerbatim(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"txt:cluster_state:ok", "cluster_state:ok"},
+		{"cluster_state:ok", "cluster_state:ok"},
+		{"abc", "abc"},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, stripVerbatim(tt.in))
+	}
+}
+
+func TestSameRanges(t *testing.T) {
+	tests := []struct {
+		got, want string
+		same      bool
+	}{
+		{"0-100 200-300", "0-100 200-300", true},
+		{"5-5", "5", true},
+		{"0-100,200-300", "0-100 200-300", true},
+		{"0-100", "0-101", false},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.same, sameRanges(tt.got, tt.want), "%q vs %q", tt.got, tt.want)
+	}
+}
+
+func TestParseInfo(t *testing.T) {
+	got := parseInfo("# Replication\r\nrole:master\r\nmaster_repl_offset:42\r\n\r\n")
+	assert.Equal(t, map[string]string{"role": "master", "master_repl_offset": "42"}, got)
+}

@@ -226,7 +226,7 @@ func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *N
 		for i, s := range chunk {
 			node[i] = []string{"CLUSTER", "SETSLOT", strconv.Itoa(s), "NODE", dst.ID}
 		}
-		if err := a.multiSpread(ctx, dst.Node, "setslot-node-target", node); err != nil {
+		if err := a.claimSlots(ctx, dst, chunk, dstOwns); err != nil {
 			return err
 		}
 		if err := a.multiSpread(ctx, src.Node, "setslot-node-source", node); err != nil {
@@ -241,6 +241,37 @@ func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *N
 			time.Since(t0).Round(time.Millisecond), tSet.Round(time.Millisecond), (tKeys - tSet).Round(time.Millisecond))
 	}
 	return nil
+}
+
+// claimSlots makes dst the owner of slots after their keys have moved. SETSLOT NODE on an
+// importing node bumps its config epoch and broadcasts a PONG to the whole cluster, per slot;
+// that broadcast, not the keys, dominated the time of a move. So only the first slot takes
+// that path: it leaves dst with the highest config epoch in the cluster, which makes every
+// later claim by dst win over the source's older one. The other slots are claimed without a
+// broadcast (SETSLOT STABLE, then SETSLOT NODE to itself, pipelined per slot so the window
+// without importing state is one command long) and reach the other nodes with dst's next
+// pings. The order matters: a claim made with an epoch lower than the source's would be
+// answered with an UPDATE that takes the slot, and its keys, away from dst.
+func (a *Admin) claimSlots(ctx context.Context, dst *NodeState, slots []int, dstOwns map[int]bool) error {
+	var first []string
+	var rest [][]string
+	for _, s := range slots {
+		ss := strconv.Itoa(s)
+		if first == nil && !dstOwns[s] {
+			first = []string{"CLUSTER", "SETSLOT", ss, "NODE", dst.ID}
+			continue
+		}
+		if !dstOwns[s] {
+			rest = append(rest, []string{"CLUSTER", "SETSLOT", ss, "STABLE"})
+		}
+		rest = append(rest, []string{"CLUSTER", "SETSLOT", ss, "NODE", dst.ID})
+	}
+	if first != nil {
+		if _, err := a.cmd(ctx, dst.Node, "setslot-node-target", first...); err != nil {
+			return err
+		}
+	}
+	return a.multiSpreadPairs(ctx, dst.Node, "setslot-node-target", rest)
 }
 
 // migrateKeys drains the given slots of src into host:port, MigrateBatch keys per MIGRATE,

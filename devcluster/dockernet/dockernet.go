@@ -79,12 +79,13 @@ func EnsureNetwork(ctx context.Context, cli *client.Client, instance string) (Ne
 	return Network{}, fmt.Errorf("create docker network %s: no free subnet: %w", name, lastErr)
 }
 
-// candidateSubnets are /24s in 172.29.0.0/16, away from Docker's default
-// pools' first picks (172.17-172.20).
+// candidateSubnets are /24s in 10.213.0.0/16, outside Docker's default
+// address pools (172.17-31.0.0/16, 192.168.0.0/16), so networks other tools
+// create (testcontainers, compose) do not collide with ours.
 func candidateSubnets() []netip.Prefix {
 	var out []netip.Prefix
 	for i := 0; i < 256; i++ {
-		out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 29, byte(i), 0}), 24))
+		out = append(out, netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 213, byte(i), 0}), 24))
 	}
 	return out
 }

@@ -412,5 +412,10 @@ func (p *Provider) removeContainer(ctx context.Context, st *podState, i int, gra
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return err
 	}
+	st.mu.Lock()
+	if st.ctrs[i].id == id {
+		st.ctrs[i].id = ""
+	}
+	st.mu.Unlock()
 	return nil
 }

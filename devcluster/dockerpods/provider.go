@@ -118,61 +118,108 @@ func (p *Provider) publish(st *podState) {
 
 func podKey(ns, name string) string { return ns + "/" + name }
 
-// CreatePod starts the pod's containers.
+// CreatePod registers the pod and starts it in the background. Like a
+// kubelet, the provider keeps retrying a pod that cannot start yet (a
+// missing ConfigMap or Secret, say) and reports why in the container's
+// waiting state, instead of failing the pod.
 func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	key := podKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if _, ok := p.pods[key]; ok {
-		p.mu.Unlock()
 		return nil
 	}
-	p.mu.Unlock()
 	if len(pod.Spec.InitContainers) > 0 {
 		return fmt.Errorf("devcluster kubelet does not run init containers")
 	}
-
-	ip, err := p.shared.IPs.Allocate(string(pod.UID))
+	ip, err := p.podIP(pod)
 	if err != nil {
 		return err
 	}
 	st := newPodState(key, pod.DeepCopy(), ip, p.shared.Network.Gateway, filepath.Join(p.shared.PodsDir, string(pod.UID)))
-	ok := false
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	st.cancel = cancel
+	p.pods[key] = st
+	go p.startPod(runCtx, st)
+	go p.publish(st)
+	return nil
+}
+
+// podIP keeps the address a pod already reports (the nodes process was
+// restarted; its emptyDir data is kept too, so a Valkey node rejoins under
+// its old address) and allocates a new one otherwise.
+func (p *Provider) podIP(pod *corev1.Pod) (netip.Addr, error) {
+	if old, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
+		if p.shared.IPs.Reserve(old, string(pod.UID)) == nil {
+			return old, nil
+		}
+	}
+	return p.shared.IPs.Allocate(string(pod.UID))
+}
+
+// startPod prepares volumes and starts the containers, retrying with a
+// capped back-off until it works or the pod is deleted.
+func (p *Provider) startPod(ctx context.Context, st *podState) {
+	defer close(st.startDone)
+	backoff := 200 * time.Millisecond
+	for {
+		err := p.tryStart(ctx, st)
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			break
+		}
+		log.G(ctx).WithField("pod", st.key).WithError(err).Warn("pod cannot start yet; retrying")
+		if st.update(func() {
+			for _, c := range st.ctrs {
+				c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CreateContainerConfigError", Message: err.Error()}}
+			}
+		}) {
+			p.publish(st)
+		}
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+	for i := range st.ctrs {
+		go p.superviseContainer(ctx, st, i)
+	}
+	p.publish(st)
+	log.G(ctx).WithField("pod", st.key).WithField("ip", st.ip.String()).Info("pod started")
+}
+
+// tryStart makes one attempt; on failure it removes what it created.
+func (p *Provider) tryStart(ctx context.Context, st *podState) (err error) {
 	defer func() {
-		if !ok {
-			p.cleanup(context.WithoutCancel(ctx), st, 0)
+		if err != nil || ctx.Err() != nil {
+			for i := range st.ctrs {
+				_ = p.removeContainer(context.WithoutCancel(ctx), st, i, 0)
+			}
+			st.mu.Lock()
+			st.startTime = nil
+			st.mu.Unlock()
 		}
 	}()
-
 	if err := p.syncVolumes(ctx, st); err != nil {
 		return err
 	}
-	for i := range pod.Spec.Containers {
+	for i := range st.ctrs {
 		if err := p.createContainer(ctx, st, i); err != nil {
 			return err
 		}
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	st.cancel = cancel
 	now := metav1.Now()
 	st.mu.Lock()
 	st.startTime = &now
 	st.mu.Unlock()
-	for i := range pod.Spec.Containers {
+	for i := range st.ctrs {
 		if err := p.startContainer(ctx, st, i); err != nil {
-			cancel()
 			return err
 		}
 	}
-	ok = true
-	p.mu.Lock()
-	p.pods[key] = st
-	p.mu.Unlock()
-	for i := range pod.Spec.Containers {
-		go p.superviseContainer(runCtx, st, i)
-	}
-	go p.publish(st)
-	log.G(ctx).WithField("pod", key).WithField("ip", ip.String()).Info("pod started")
-	return nil
+	return ctx.Err()
 }
 
 // UpdatePod records the new metadata; the fields a pod update may change
@@ -244,9 +291,8 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 // cleanup stops and removes the pod's containers and frees its address and
 // directory.
 func (p *Provider) cleanup(ctx context.Context, st *podState, grace int) {
-	if st.cancel != nil {
-		st.cancel()
-	}
+	st.cancel()
+	<-st.startDone // no container gets created after this
 	var wg sync.WaitGroup
 	for i := range st.ctrs {
 		wg.Add(1)

@@ -12,12 +12,14 @@ import (
 // podState is what the provider knows about one pod. mu guards every field
 // that changes after creation.
 type podState struct {
-	key     string
-	ip      netip.Addr
-	hostIP  netip.Addr
-	dir     string
-	cancel  context.CancelFunc
-	volHash map[string]string // volume name -> hash of the last payload written
+	key       string
+	ip        netip.Addr
+	hostIP    netip.Addr
+	dir       string
+	cancel    context.CancelFunc
+	startDone chan struct{}     // closed when startPod returns
+	volMu     sync.Mutex        // serialises syncVolumes
+	volHash   map[string]string // volume name -> hash of the last payload written
 
 	mu        sync.Mutex
 	pod       *corev1.Pod
@@ -41,7 +43,7 @@ type ctrState struct {
 }
 
 func newPodState(key string, pod *corev1.Pod, ip, hostIP netip.Addr, dir string) *podState {
-	st := &podState{key: key, pod: pod, ip: ip, hostIP: hostIP, dir: dir, volHash: map[string]string{}}
+	st := &podState{key: key, pod: pod, ip: ip, hostIP: hostIP, dir: dir, volHash: map[string]string{}, startDone: make(chan struct{})}
 	for _, c := range pod.Spec.Containers {
 		st.ctrs = append(st.ctrs, &ctrState{
 			name:  c.Name,

@@ -48,6 +48,8 @@ func (st *podState) volumeDir(name string) string { return filepath.Join(st.dir,
 // syncVolumes (re)writes the pod's file-backed volumes from their sources,
 // atomically, and creates emptyDir directories.
 func (p *Provider) syncVolumes(ctx context.Context, st *podState) error {
+	st.volMu.Lock()
+	defer st.volMu.Unlock()
 	st.mu.Lock()
 	pod := st.pod.DeepCopy()
 	deleting := st.deleting

@@ -18,9 +18,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -43,9 +46,21 @@ var (
 
 func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...) }
 
+// live holds every Env not yet closed, so an interrupted run still removes its containers.
+var live sync.Map
+
 func main() {
 	flag.Parse()
-	if err := run(); err != nil {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		cleanupAll()
+		os.Exit(130)
+	}()
+	err := run()
+	cleanupAll()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -108,6 +123,16 @@ func run() error {
 	return nil
 }
 
+func cleanupAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	live.Range(func(k, _ any) bool {
+		_ = k.(*harness.Env).Close(ctx)
+		live.Delete(k)
+		return true
+	})
+}
+
 func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
@@ -122,10 +147,15 @@ type cluster struct {
 }
 
 func newCluster(ctx context.Context, image string, shards, perShard int) (*cluster, error) {
-	env, err := harness.New(ctx, harness.Config{Image: image, ACL: valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword}})
+	// masteruser/masterauth on the command line so valkey-cli's replicas can authenticate
+	// too (our Bootstrap sets them itself); identical for both sides.
+	env, err := harness.New(ctx, harness.Config{Image: image,
+		ACL:  valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword},
+		Args: []string{"--masteruser", valkeyops.OperatorUser, "--masterauth", operatorPassword}})
 	if err != nil {
 		return nil, err
 	}
+	live.Store(env, true)
 	nodes, err := env.StartNodes(ctx, shards, perShard)
 	if err != nil {
 		env.Close(ctx)
@@ -147,6 +177,7 @@ func newCluster(ctx context.Context, image string, shards, perShard int) (*clust
 }
 
 func (c *cluster) close() {
+	live.Delete(c.env)
 	c.admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -156,7 +187,7 @@ func (c *cluster) close() {
 // waitHealthy is the common poller: Health empty (cluster_state ok everywhere, all slots
 // assigned, every node knows every node, replicas linked), plus extra when given.
 func (c *cluster) waitHealthy(ctx context.Context, nodes []valkeyops.Node, shards int, extra func(*valkeyops.Snapshot) bool) error {
-	deadline := time.Now().Add(30 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		snap, err := c.admin.Observe(ctx, nodes)
 		if err != nil {
@@ -323,11 +354,6 @@ func rebalance(ctx context.Context, image string, run rebalancer) (float64, erro
 	var moved int64
 	for _, n := range added {
 		if st := snap.ByName(n.Name); st.Role == valkeyops.RolePrimary {
-			r, err := c.admin.Observe(ctx, []valkeyops.Node{n})
-			if err != nil {
-				return 0, err
-			}
-			_ = r
 			moved, err = dbsize(ctx, n)
 			if err != nil {
 				return 0, err

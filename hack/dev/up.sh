@@ -104,6 +104,7 @@ while :; do
 	if [[ -n $states ]] && ! grep -qv '=Active$' <<<"$(tr ' ' '\n' <<<"$states" | sed '/^$/d')"; then
 		break
 	fi
+	progressed=1
 	if (( $(date +%s) > deadline )); then
 		say "not Active after ${timeout_s}s; operator log tail:"
 		tail -n 30 "$state/logs/manager.log" || true
@@ -112,7 +113,11 @@ while :; do
 	fi
 	sleep 0.5
 done
-say "Active $(since "$applied")s after kubectl apply"
+if [[ -z ${progressed:-} ]]; then
+	say "already Active"
+else
+	say "Active $(since "$applied")s after kubectl apply"
+fi
 
 kubectl get valkeyclusters,valkeynodes -A
 cluster=$(kubectl get valkeyclusters -o jsonpath='{.items[0].metadata.name}')
