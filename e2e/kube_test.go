@@ -344,6 +344,7 @@ func (n *ns) logTimeline(cluster string, start time.Time) {
 		}
 	}
 	if os.Getenv("E2E_DEBUG") != "" {
+		b.WriteString(n.containerTimes(start))
 		if raw, err := os.ReadFile(filepath.Join(stateDir(), "logs", "nodes.log")); err == nil {
 			b.WriteString("  dev nodes log lines about this namespace:\n")
 			for _, l := range strings.Split(string(raw), "\n") {
@@ -357,4 +358,36 @@ func (n *ns) logTimeline(cluster string, start time.Time) {
 		}
 	}
 	n.t.Logf("timeline of %s (relative to apply; API timestamps have 1s resolution):\n%s", cluster, b.String())
+}
+
+// containerTimes lists when Docker created and started each of the namespace's containers,
+// relative to start (E2E_DEBUG: splits the kubelet's share of pod start-up from Docker's).
+func (n *ns) containerTimes(start time.Time) string {
+	docker, err := dockernet.NewClient()
+	if err != nil {
+		return err.Error()
+	}
+	defer docker.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f := dockernet.InstanceFilter(suite.env.Instance).Add("label", dockernet.LabelPodNamespace+"="+n.name)
+	list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return err.Error()
+	}
+	var b strings.Builder
+	for _, c := range list.Items {
+		res, err := docker.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			continue
+		}
+		created, _ := time.Parse(time.RFC3339Nano, res.Container.Created)
+		var started time.Time
+		if res.Container.State != nil {
+			started, _ = time.Parse(time.RFC3339Nano, res.Container.State.StartedAt)
+		}
+		fmt.Fprintf(&b, "  Container %s created %+.2fs started %+.2fs\n", c.Labels[dockernet.LabelPodName],
+			created.Sub(start).Seconds(), started.Sub(start).Seconds())
+	}
+	return b.String()
 }

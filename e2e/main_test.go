@@ -7,10 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
@@ -68,8 +72,8 @@ func run(m *testing.M) int {
 		}
 	}()
 
-	// Build the operator while the cluster starts? The 2 shared cores make that no faster;
-	// build first so a compile error does not cost a cluster start.
+	// Build first: a compile error then costs no cluster start (and on two shared cores,
+	// building in parallel with the start-up gains nothing).
 	start := time.Now()
 	bin := filepath.Join(tmp, "manager")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
@@ -117,8 +121,12 @@ func withCluster(m *testing.M, env *devtest.Env, bin, tmp string) int {
 		fmt.Fprintf(os.Stderr, "e2e: CRDs not established: %v\n%s", err, out)
 		return 1
 	}
-	if out, err := kubectlRun("", "create", "namespace", operatorNamespace); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: create namespace: %v\n%s", err, out)
+	if err := ensureNamespace(env, operatorNamespace); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if err := noOtherOperator(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	if err := waitSchedulable(env, 60*time.Second); err != nil {
@@ -195,4 +203,35 @@ func waitSchedulable(env *devtest.Env, timeout time.Duration) error {
 		time.Sleep(250 * time.Millisecond)
 	}
 	return fmt.Errorf("nodes not schedulable after %s: %s", timeout, last)
+}
+
+func ensureNamespace(env *devtest.Env, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// noOtherOperator refuses to run next to the operator `make dev` started (DEVCLUSTER_REUSE=1):
+// two operators reconciling the same clusters would make every result meaningless.
+func noOtherOperator() error {
+	if os.Getenv("DEVCLUSTER_REUSE") != "1" {
+		return nil
+	}
+	pidFile := filepath.Join(suite.root, ".dev", "pids", "manager.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		return nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil
+	}
+	if syscall.Kill(pid, 0) == nil {
+		return fmt.Errorf("the dev operator (pid %d, %s) is running; stop it first: the e2e tests run their own", pid, pidFile)
+	}
+	return nil
 }

@@ -115,15 +115,6 @@ func (o *operator) stop() error {
 	}
 }
 
-// logSize is the log's current length: an operator is idle when it stops growing.
-func (o *operator) logSize() int64 {
-	fi, err := os.Stat(o.logPath)
-	if err != nil {
-		return -1
-	}
-	return fi.Size()
-}
-
 // tail returns the last n lines of the operator's log.
 func (o *operator) tail(n int) string {
 	b, err := os.ReadFile(o.logPath)
