@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/gomomento/valkey-operator/internal/testcerts"
 )
 
 // TestTLSSecretMissingCAIsInvalidUntilFixed applies a TLS cluster whose Secret lacks ca.crt:
@@ -24,7 +26,7 @@ func TestTLSSecretMissingCAIsInvalidUntilFixed(t *testing.T) {
 	const cluster, secret = "tls-cluster", "tls-cluster-tls"
 	applyMenu(n)
 
-	certs := newClusterCerts(t, cluster, n.name)
+	certs := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster(cluster, n.name)})
 	dir := t.TempDir()
 	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
 	require.NoError(t, os.WriteFile(certFile, certs.Cert, 0o600))
@@ -61,7 +63,7 @@ spec:
 	password := n.secretValue(cluster+"-auth", "password")
 	ips := n.podIPs(cluster)
 	require.Len(t, ips, 2)
-	serverName := clusterServerName(cluster, n.name)
+	serverName := testcerts.ForCluster(cluster, n.name)[0]
 
 	t.Run("client verifying against the CA connects", func(t *testing.T) {
 		pool := x509.NewCertPool()
@@ -76,7 +78,7 @@ spec:
 	})
 
 	t.Run("client trusting another CA is refused", func(t *testing.T) {
-		other := newClusterCerts(t, cluster, n.name)
+		other := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster(cluster, n.name)})
 		pool := x509.NewCertPool()
 		require.True(t, pool.AppendCertsFromPEM(other.CA))
 		c, err := valkey.NewClient(valkey.ClientOption{

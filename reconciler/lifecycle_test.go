@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/crds"
-	"github.com/gomomento/valkey-operator/reconciler/internal/testcerts"
+	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/stretchr/testify/assert"
@@ -90,6 +90,7 @@ func TestCreatingToActive(t *testing.T) {
 	assert.Len(t, sec.Data["password"], 64)
 	assert.Len(t, sec.Data["operator-password"], 64)
 	assert.NotEqual(t, sec.Data["password"], sec.Data["operator-password"])
+	assert.Equal(t, "masteruser operator\nmasterauth "+string(sec.Data["operator-password"])+"\n", string(sec.Data["replication.conf"]))
 	cm := &corev1.ConfigMap{}
 	getObj(t, cm, ns, "c1-acl")
 	assert.Contains(t, cm.Data["users.acl"], "#"+hashHex(string(sec.Data["operator-password"])))

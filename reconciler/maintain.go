@@ -1,6 +1,7 @@
 package reconciler
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"maps"
@@ -148,6 +149,10 @@ func (r *Reconciler) ensureAuthSecret(ctx context.Context, p *pass) *outcome {
 		upd.Data[k] = []byte(pw)
 		changed = true
 		r.warn(p, ReasonSecretUnavailable, "EnsureAuthSecret", "auth Secret "+name+" lacked key "+k+"; generated a new value")
+	}
+	if conf := render.ReplicationConf(string(upd.Data[render.AuthOperatorPasswordKey])); !bytes.Equal(upd.Data[render.AuthReplicationConfKey], conf) {
+		upd.Data[render.AuthReplicationConfKey] = conf
+		changed = true
 	}
 	if changed {
 		if err := r.client.Update(ctx, upd); err != nil {

@@ -33,7 +33,11 @@ const (
 const (
 	AuthPasswordKey         = "password"
 	AuthOperatorPasswordKey = "operator-password"
-	ACLFileKey              = "users.acl"
+	// AuthReplicationConfKey holds a valkey.conf fragment with the replication login
+	// (masteruser/masterauth). Pods load it as their config file so the operator's password
+	// never appears on a command line, in `ps` or in the container runtime's metadata.
+	AuthReplicationConfKey = "replication.conf"
+	ACLFileKey             = "users.acl"
 )
 
 // Labels are the labels of every object owned by cluster.
@@ -99,8 +103,18 @@ func AuthSecret(cluster, namespace string, r io.Reader) (*corev1.Secret, error) 
 	return &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: AuthSecretName(cluster), Namespace: namespace, Labels: Labels(cluster)},
 		Type:       corev1.SecretTypeOpaque,
-		Data:       map[string][]byte{AuthPasswordKey: []byte(pw), AuthOperatorPasswordKey: []byte(opw)},
+		Data: map[string][]byte{
+			AuthPasswordKey: []byte(pw), AuthOperatorPasswordKey: []byte(opw),
+			AuthReplicationConfKey: ReplicationConf(opw),
+		},
 	}, nil
+}
+
+// ReplicationConf renders the valkey.conf fragment with which replicas authenticate to their
+// primary as the operator's user; it is derived from the operator password and kept in step
+// with it.
+func ReplicationConf(operatorPassword string) []byte {
+	return []byte("masteruser operator\nmasterauth " + operatorPassword + "\n")
 }
 
 // ACLConfigMap renders the ConfigMap holding the ACL file.

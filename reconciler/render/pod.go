@@ -20,11 +20,15 @@ import (
 
 // Fixed paths inside the Valkey container.
 const (
-	ACLDir    = "/etc/valkey/acl"
-	TLSDir    = "/etc/valkey/tls"
-	DataDir   = "/data"
-	ACLFile   = ACLDir + "/" + ACLFileKey
-	ValkeyUID = 999
+	ACLDir  = "/etc/valkey/acl"
+	TLSDir  = "/etc/valkey/tls"
+	AuthDir = "/etc/valkey/auth"
+	// ReplicationConfFile is valkey-server's config file: only the replication login, so
+	// secrets stay off the command line; everything else is passed as arguments.
+	ReplicationConfFile = AuthDir + "/" + AuthReplicationConfKey
+	DataDir             = "/data"
+	ACLFile             = ACLDir + "/" + ACLFileKey
+	ValkeyUID           = 999
 )
 
 // Well-known topology keys.
@@ -88,13 +92,12 @@ func sortedUnique(l []string) []string {
 // rejects user keys that would collide with operator-owned ones).
 func Args(s views.NodeSpec) []string {
 	args := []string{
+		ReplicationConfFile, // must come first: valkey-server reads a config file only there
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", DataDir + "/nodes.conf",
 		"--cluster-announce-ip", "$(POD_IP)",
 		"--dir", DataDir,
 		"--aclfile", ACLFile,
-		"--masteruser", "operator",
-		"--masterauth", "$(OPERATOR_PASSWORD)",
 	}
 	if s.TLSSecretRef != "" {
 		args = append(args,
@@ -134,16 +137,19 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 		{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
-		{Name: "OPERATOR_PASSWORD", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-			LocalObjectReference: corev1.LocalObjectReference{Name: AuthSecretName(s.Cluster)}, Key: AuthOperatorPasswordKey}}},
 	}
 	mounts := []corev1.VolumeMount{
 		{Name: "acl", MountPath: ACLDir, ReadOnly: true},
+		{Name: "auth", MountPath: AuthDir, ReadOnly: true},
 		{Name: "data", MountPath: DataDir},
 	}
 	volumes := []corev1.Volume{
 		{Name: "acl", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: ACLConfigMapName(s.Cluster)}, DefaultMode: ptr.To[int32](0o444)}}},
+		// Only the replication fragment: the application password stays out of the pod.
+		{Name: "auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: AuthSecretName(s.Cluster), DefaultMode: ptr.To[int32](0o440),
+			Items: []corev1.KeyToPath{{Key: AuthReplicationConfKey, Path: AuthReplicationConfKey}}}}},
 		{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 	}
 	if s.TLSSecretRef != "" {

@@ -85,11 +85,28 @@ func TestPod(t *testing.T) {
 			assert.Subset(t, args, []string{"--cluster-announce-ip", "$(POD_IP)", "--aclfile", "/etc/valkey/acl/users.acl", "--maxmemory", "1gb", "900", "1"})
 			if tc.tls != "" {
 				assert.Subset(t, args, []string{"--tls-port", "--port", "0", "--tls-cluster", "--tls-replication", "/etc/valkey/tls/tls.crt", "/etc/valkey/tls/ca.crt"})
-				assert.Len(t, pod.Spec.Volumes, 3)
+				assert.Len(t, pod.Spec.Volumes, 4)
 			} else {
 				assert.NotContains(t, args, "--tls-port")
-				assert.Len(t, pod.Spec.Volumes, 2)
+				assert.Len(t, pod.Spec.Volumes, 3)
 			}
+
+			// The replication login comes from the auth Secret as valkey-server's config file
+			// (its first argument); no password travels in args or env.
+			assert.Equal(t, "/etc/valkey/auth/replication.conf", args[0])
+			assert.NotContains(t, args, "--masterauth")
+			for _, e := range ctr.Env {
+				assert.Nil(t, e.ValueFrom.SecretKeyRef, "env %s reads a Secret", e.Name)
+			}
+			var auth *corev1.SecretVolumeSource
+			for _, v := range pod.Spec.Volumes {
+				if v.Name == "auth" {
+					auth = v.Secret
+				}
+			}
+			require.NotNil(t, auth)
+			assert.Equal(t, "c1-auth", auth.SecretName)
+			assert.Equal(t, []corev1.KeyToPath{{Key: "replication.conf", Path: "replication.conf"}}, auth.Items, "only the replication fragment is mounted")
 		})
 	}
 }

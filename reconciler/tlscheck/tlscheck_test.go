@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomomento/valkey-operator/reconciler/internal/testcerts"
+	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/reconciler/tlscheck"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
