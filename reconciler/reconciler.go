@@ -238,9 +238,12 @@ func (r *Reconciler) event(p *pass, related runtime.Object, reason, action, form
 	}
 }
 
-// warn records a Warning Event once per distinct (reason, message) until cleared.
-func (r *Reconciler) warn(p *pass, reason, action, msg string) {
+// firstTime remembers msg as the latest for (cluster, reason) and reports whether it differs
+// from the one remembered before: idempotent steps re-run every pass, and an Event per pass
+// would bury the one that matters.
+func (r *Reconciler) firstTime(p *pass, reason, msg string) bool {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	m := r.warned[p.key]
 	if m == nil {
 		m = map[string]string{}
@@ -248,8 +251,12 @@ func (r *Reconciler) warn(p *pass, reason, action, msg string) {
 	}
 	repeat := m[reason] == msg
 	m[reason] = msg
-	r.mu.Unlock()
-	if repeat {
+	return !repeat
+}
+
+// warn records a Warning Event once per distinct (reason, message) until cleared.
+func (r *Reconciler) warn(p *pass, reason, action, msg string) {
+	if !r.firstTime(p, reason, msg) {
 		return
 	}
 	p.log.Info("warning", "reason", reason, "message", msg)
@@ -382,16 +389,7 @@ func (r *Reconciler) stateGate(ctx context.Context, p *pass) *outcome {
 
 // noteOnce records a Normal Event once until cleared (idempotent steps re-run every pass).
 func (r *Reconciler) noteOnce(p *pass, reason, action, msg string) {
-	r.mu.Lock()
-	m := r.warned[p.key]
-	if m == nil {
-		m = map[string]string{}
-		r.warned[p.key] = m
-	}
-	repeat := m[reason] == msg
-	m[reason] = msg
-	r.mu.Unlock()
-	if !repeat {
+	if r.firstTime(p, reason, msg) {
 		r.event(p, nil, reason, action, "%s", msg)
 	}
 }
