@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -152,25 +153,29 @@ func (a *Admin) useAtomic(snap *Snapshot) bool {
 	return true
 }
 
-// runLegacy executes moves in rounds of disjoint pairs, each round's moves in parallel.
-func (a *Admin) runLegacy(ctx context.Context, snap *Snapshot, moves []Move) error {
+// runRounds executes moves in rounds of disjoint source->target pairs (scheduleRounds), the
+// moves of one round in parallel; the first round with a failure ends the run, so a later
+// round never builds on a move that did not finish.
+func runRounds(moves []Move, move func(Move) error) error {
 	for _, round := range scheduleRounds(moves) {
 		errs := make([]error, len(round))
-		done := make(chan struct{}, len(round))
+		var wg sync.WaitGroup
 		for i, m := range round {
-			go func() {
-				defer func() { done <- struct{}{} }()
-				errs[i] = a.moveSlotsLegacy(ctx, snap, snap.ByID(m.From), snap.ByID(m.To), ExpandSlots(m.Slots))
-			}()
+			wg.Go(func() { errs[i] = move(m) })
 		}
-		for range round {
-			<-done
-		}
+		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// runLegacy executes moves key by key (SETSLOT IMPORTING/MIGRATING + batched MIGRATE).
+func (a *Admin) runLegacy(ctx context.Context, snap *Snapshot, moves []Move) error {
+	return runRounds(moves, func(m Move) error {
+		return a.moveSlotsLegacy(ctx, snap, snap.ByID(m.From), snap.ByID(m.To), ExpandSlots(m.Slots))
+	})
 }
 
 // peerAddr is dst's announced host and port as src sees it (what MIGRATE must dial).
@@ -489,23 +494,7 @@ func (a *Admin) waitAtomicIdle(ctx context.Context, snap *Snapshot) error {
 // fails AtomicRetries times falls back to the key-by-key path (high write rates can make
 // atomic migration fail repeatedly).
 func (a *Admin) runAtomic(ctx context.Context, snap *Snapshot, moves []Move) error {
-	for _, round := range scheduleRounds(moves) {
-		errs := make([]error, len(round))
-		done := make(chan struct{}, len(round))
-		for i, m := range round {
-			go func() {
-				defer func() { done <- struct{}{} }()
-				errs[i] = a.moveAtomic(ctx, snap, m)
-			}()
-		}
-		for range round {
-			<-done
-		}
-		if err := errors.Join(errs...); err != nil {
-			return err
-		}
-	}
-	return nil
+	return runRounds(moves, func(m Move) error { return a.moveAtomic(ctx, snap, m) })
 }
 
 func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move) error {
