@@ -394,19 +394,35 @@ func (c *Cluster) nodesNotReady(ctx context.Context, kube kubernetes.Interface) 
 	}
 	ready := 0
 	for _, n := range list.Items {
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-				ready++
-			}
+		if schedulable(&n) {
+			ready++
 		}
 	}
 	if ready < c.Options.Nodes {
-		return fmt.Sprintf("%d/%d nodes Ready", ready, c.Options.Nodes)
+		return fmt.Sprintf("%d/%d nodes Ready and untainted", ready, c.Options.Nodes)
 	}
 	if _, err := kube.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
 		return "default service account: " + err.Error()
 	}
 	return ""
+}
+
+// schedulable reports whether a node is Ready and free of the node lifecycle controller's
+// taints (node.kubernetes.io/not-ready and friends). Those linger for a few seconds after
+// Ready turns true; a pod created meanwhile is refused by the scheduler and waits out its
+// back-off, so "up" must not return before they are gone.
+func schedulable(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if strings.HasPrefix(t.Key, "node.kubernetes.io/") && t.Effect != corev1.TaintEffectPreferNoSchedule {
+			return false
+		}
+	}
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // grantNodes gives the virtual-kubelet identity what a kubelet needs. One
