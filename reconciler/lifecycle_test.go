@@ -3,6 +3,8 @@ package reconciler_test
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"os"
 	"strings"
 	"testing"
@@ -515,50 +517,21 @@ func TestIdleClusterMakesNoWrites(t *testing.T) {
 func snapshotNamespace(t *testing.T, ns string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	add := func(kind string, items []client.Object) {
-		for _, o := range items {
-			out[kind+"/"+o.GetName()] = o.GetResourceVersion()
-		}
+	lists := map[string]client.ObjectList{
+		"ValkeyCluster": views.NewClusterListObject(), "ValkeyNode": views.NewNodeListObject(),
+		"Pod": &corev1.PodList{}, "Service": &corev1.ServiceList{}, "Secret": &corev1.SecretList{},
+		"ConfigMap": &corev1.ConfigMapList{}, "Event": &eventsv1.EventList{},
 	}
-	ctx := context.Background()
-	cl := views.NewClusterListObject()
-	require.NoError(t, k8s.List(ctx, cl, client.InNamespace(ns)))
-	nl := views.NewNodeListObject()
-	require.NoError(t, k8s.List(ctx, nl, client.InNamespace(ns)))
-	var objs []client.Object
-	for i := range cl.Items {
-		objs = append(objs, &cl.Items[i])
-	}
-	add("ValkeyCluster", objs)
-	objs = nil
-	for i := range nl.Items {
-		objs = append(objs, &nl.Items[i])
-	}
-	add("ValkeyNode", objs)
-	pods := &corev1.PodList{}
-	require.NoError(t, k8s.List(ctx, pods, client.InNamespace(ns)))
-	for i := range pods.Items {
-		out["Pod/"+pods.Items[i].Name] = pods.Items[i].ResourceVersion
-	}
-	svcs := &corev1.ServiceList{}
-	require.NoError(t, k8s.List(ctx, svcs, client.InNamespace(ns)))
-	for i := range svcs.Items {
-		out["Service/"+svcs.Items[i].Name] = svcs.Items[i].ResourceVersion
-	}
-	secs := &corev1.SecretList{}
-	require.NoError(t, k8s.List(ctx, secs, client.InNamespace(ns)))
-	for i := range secs.Items {
-		out["Secret/"+secs.Items[i].Name] = secs.Items[i].ResourceVersion
-	}
-	cms := &corev1.ConfigMapList{}
-	require.NoError(t, k8s.List(ctx, cms, client.InNamespace(ns)))
-	for i := range cms.Items {
-		out["ConfigMap/"+cms.Items[i].Name] = cms.Items[i].ResourceVersion
-	}
-	evs := &eventsv1.EventList{}
-	require.NoError(t, k8s.List(ctx, evs, client.InNamespace(ns)))
-	for i := range evs.Items {
-		out["Event/"+evs.Items[i].Name] = evs.Items[i].ResourceVersion
+	for kind, list := range lists {
+		require.NoError(t, k8s.List(context.Background(), list, client.InNamespace(ns)))
+		require.NoError(t, meta.EachListItem(list, func(o runtime.Object) error {
+			m, err := meta.Accessor(o)
+			if err != nil {
+				return err
+			}
+			out[kind+"/"+m.GetName()] = m.GetResourceVersion()
+			return nil
+		}))
 	}
 	require.NotEmpty(t, out)
 	return out

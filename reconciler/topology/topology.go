@@ -9,10 +9,12 @@ import (
 	"crypto/tls"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
 // OperatorUser is the ACL user the operator connects as.
-const OperatorUser = "operator"
+const OperatorUser = valkeyops.OperatorUser
 
 // Member is one Valkey server of a cluster: its ValkeyNode (= Pod) name, dialable address
 // and desired shard.
@@ -46,39 +48,15 @@ type Observation struct {
 	Problems []string
 }
 
-// ACLRule is a +/- rule for a category or a command.
-type ACLRule struct {
-	Name  string
-	Allow bool
-}
-
-// KeyPattern is a key glob with read, write or readwrite access.
-type KeyPattern struct {
-	Pattern string
-	Access  string
-}
-
-// ACLPermission is one permission set: the first of a user is its root, the rest selectors.
-type ACLPermission struct {
-	Categories []ACLRule
-	Commands   []ACLRule
-	Keys       []KeyPattern
-	Channels   []string
-}
-
-// ACLUser is one application user with the SHA-256 hex digests of its passwords.
-type ACLUser struct {
-	Name           string
-	PasswordHashes []string
-	Permissions    []ACLPermission
-}
-
-// ACLSpec is everything the ACL file of a cluster is rendered from.
-type ACLSpec struct {
-	DefaultPassword  string
-	OperatorPassword string
-	Users            []ACLUser
-}
+// The ACL input is plain data owned by valkeyops (which renders and applies it); the
+// reconciler builds it from the CRDs, so it shares those types instead of mirroring them.
+type (
+	ACLRule       = valkeyops.ACLRule
+	KeyPattern    = valkeyops.KeyPattern
+	ACLPermission = valkeyops.ACLPermission
+	ACLUser       = valkeyops.ACLUser
+	ACLSpec       = valkeyops.ACLSpec
+)
 
 // Valkey is the reconciler's interface to the Valkey servers.
 type Valkey interface {

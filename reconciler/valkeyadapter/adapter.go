@@ -154,30 +154,5 @@ func (a *Adapter) Close() {
 
 // RenderACL renders the ACL file with valkeyops.
 func (a *Adapter) RenderACL(spec topology.ACLSpec) string {
-	return valkeyops.RenderACL(ACLSpec(spec))
-}
-
-// ACLSpec converts the reconciler's ACL input into valkeyops' type.
-func ACLSpec(spec topology.ACLSpec) valkeyops.ACLSpec {
-	out := valkeyops.ACLSpec{DefaultPassword: spec.DefaultPassword, OperatorPassword: spec.OperatorPassword}
-	rules := func(in []topology.ACLRule) []valkeyops.ACLRule {
-		var r []valkeyops.ACLRule
-		for _, x := range in {
-			r = append(r, valkeyops.ACLRule{Name: x.Name, Allow: x.Allow})
-		}
-		return r
-	}
-	for _, u := range spec.Users {
-		vu := valkeyops.ACLUser{Name: u.Name, PasswordHashes: append([]string(nil), u.PasswordHashes...)}
-		for _, p := range u.Permissions {
-			vp := valkeyops.ACLPermission{Categories: rules(p.Categories), Commands: rules(p.Commands),
-				Channels: append([]string(nil), p.Channels...)}
-			for _, k := range p.Keys {
-				vp.Keys = append(vp.Keys, valkeyops.KeyPattern{Pattern: k.Pattern, Access: k.Access})
-			}
-			vu.Permissions = append(vu.Permissions, vp)
-		}
-		out.Users = append(out.Users, vu)
-	}
-	return out
+	return valkeyops.RenderACL(spec)
 }

@@ -30,7 +30,7 @@ func TestAdapterFormsRealCluster(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	env, err := harness.New(ctx, harness.Config{Image: harness.Image(), ACL: valkeyadapter.ACLSpec(spec)})
+	env, err := harness.New(ctx, harness.Config{Image: harness.Image(), ACL: spec})
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)

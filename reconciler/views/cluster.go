@@ -18,18 +18,10 @@ const (
 type Cluster struct{ U *unstructured.Unstructured }
 
 // NewClusterObject returns an empty ValkeyCluster object with its GVK set.
-func NewClusterObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(crds.GVK(crds.KindCluster))
-	return u
-}
+func NewClusterObject() *unstructured.Unstructured { return object(crds.KindCluster) }
 
 // NewClusterListObject returns an empty ValkeyClusterList with its GVK set.
-func NewClusterListObject() *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(crds.GVK(crds.KindCluster + "List"))
-	return l
-}
+func NewClusterListObject() *unstructured.UnstructuredList { return list(crds.KindCluster) }
 
 func (c Cluster) Name() string      { return c.U.GetName() }
 func (c Cluster) Namespace() string { return c.U.GetNamespace() }

@@ -9,11 +9,7 @@ import (
 type Config struct{ U *unstructured.Unstructured }
 
 // NewConfigObject returns an empty ValkeyConfig object with its GVK set.
-func NewConfigObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(crds.GVK(crds.KindConfig))
-	return u
-}
+func NewConfigObject() *unstructured.Unstructured { return object(crds.KindConfig) }
 
 func (c Config) Name() string                  { return c.U.GetName() }
 func (c Config) ImageRef() string              { return getString(c.U, "spec", "imageRef") }

@@ -7,6 +7,7 @@ package views
 
 import (
 	"encoding/json"
+	"github.com/gomomento/valkey-operator/crds"
 	"sort"
 	"strconv"
 
@@ -229,4 +230,19 @@ func setPlacement(u *unstructured.Unstructured, p Placement, path ...string) {
 		return
 	}
 	setOrRemove(u, m, path...)
+}
+
+// object returns an empty object of one of the operator's kinds, its GVK set so that the
+// client and the cache know what it is.
+func object(kind string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(crds.GVK(kind))
+	return u
+}
+
+// list returns an empty list of one of the operator's kinds.
+func list(kind string) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(crds.GVK(kind + "List"))
+	return l
 }

@@ -9,11 +9,7 @@ import (
 type Image struct{ U *unstructured.Unstructured }
 
 // NewImageObject returns an empty ValkeyImage object with its GVK set.
-func NewImageObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(crds.GVK(crds.KindImage))
-	return u
-}
+func NewImageObject() *unstructured.Unstructured { return object(crds.KindImage) }
 
 func (i Image) Name() string       { return i.U.GetName() }
 func (i Image) Repository() string { return getString(i.U, "spec", "repository") }

@@ -22,18 +22,10 @@ const (
 type Node struct{ U *unstructured.Unstructured }
 
 // NewNodeObject returns an empty ValkeyNode object with its GVK set.
-func NewNodeObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(crds.GVK(crds.KindNode))
-	return u
-}
+func NewNodeObject() *unstructured.Unstructured { return object(crds.KindNode) }
 
 // NewNodeListObject returns an empty ValkeyNodeList with its GVK set.
-func NewNodeListObject() *unstructured.UnstructuredList {
-	l := &unstructured.UnstructuredList{}
-	l.SetGroupVersionKind(crds.GVK(crds.KindNode + "List"))
-	return l
-}
+func NewNodeListObject() *unstructured.UnstructuredList { return list(crds.KindNode) }
 
 // NodeSpec is a ValkeyNode's spec, fixed when the node is created.
 type NodeSpec struct {

@@ -15,11 +15,7 @@ type Rule struct {
 type Role struct{ U *unstructured.Unstructured }
 
 // NewRoleObject returns an empty ValkeyRole object with its GVK set.
-func NewRoleObject() *unstructured.Unstructured {
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(crds.GVK(crds.KindRole))
-	return u
-}
+func NewRoleObject() *unstructured.Unstructured { return object(crds.KindRole) }
 
 func (r Role) Name() string       { return r.U.GetName() }
 func (r Role) Categories() []Rule { return r.rules("categories") }
