@@ -1,3 +1,5 @@
+//go:build envtest
+
 package devcluster_test
 
 import (

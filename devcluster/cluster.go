@@ -35,6 +35,7 @@ import (
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
 	"github.com/gomomento/valkey-operator/devcluster/proc"
 	"github.com/gomomento/valkey-operator/devcluster/vknodes"
+	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
 // DefaultValkeyImage is run for any image that is not present locally.
@@ -354,14 +355,12 @@ func (c *Cluster) runNodesInProcess(ctx context.Context, cfg vknodes.Config) err
 }
 
 func (c *Cluster) waitNodes(ctx context.Context, kube kubernetes.Interface, p *proc.Process, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last string
-	for {
+	nodesLog := filepath.Join(c.Options.StateDir, "logs", "nodes.log")
+	err := poll.Until(ctx, 200*time.Millisecond, timeout, "nodes ready", func(ctx context.Context) (bool, string, error) {
 		if p != nil {
 			select {
 			case <-p.Exited():
-				return p.ExitError()
+				return false, "", p.ExitError()
 			default:
 			}
 		}
@@ -369,20 +368,17 @@ func (c *Cluster) waitNodes(ctx context.Context, kube kubernetes.Interface, p *p
 			select {
 			case err := <-c.nodesDone:
 				c.nodesDone <- err
-				return fmt.Errorf("nodes stopped: %v; log tail:\n%s", err, proc.Tail(filepath.Join(c.Options.StateDir, "logs", "nodes.log"), 15))
+				return false, "", fmt.Errorf("nodes stopped: %v", err)
 			default:
 			}
 		}
-		last = c.nodesNotReady(ctx, kube)
-		if last == "" {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("nodes not ready after %s: %s; log tail:\n%s", timeout, last, proc.Tail(filepath.Join(c.Options.StateDir, "logs", "nodes.log"), 15))
-		case <-time.After(200 * time.Millisecond):
-		}
+		last := c.nodesNotReady(ctx, kube)
+		return last == "", last, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; log tail:\n%s", err, proc.Tail(nodesLog, 15))
 	}
+	return nil
 }
 
 // nodesNotReady says what is still missing ("" when all nodes are Ready and

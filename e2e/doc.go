@@ -6,5 +6,5 @@
 // Run: go test ./e2e/... -count=1 -timeout 30m (needs bin/controlplane, the Valkey image
 // VALKEY_IMAGE and valkey-cli on the host: make prerequisites). With DEVCLUSTER_REUSE=1 the
 // tests use the cluster `make dev` left running instead; stop its operator first, since the
-// tests run their own.
+// tests run their own. -short skips the suite, except when CI is set: there it fails.
 package e2e

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gomomento/valkey-operator/internal/kubectl"
 )
 
 func example(name string) string { return filepath.Join(suite.root, "examples", name) }
@@ -24,9 +26,9 @@ func applyMenu(n *ns) {
 
 // TestExampleClusterLifecycle applies the examples with kubectl, waits for the 3x1 cluster to
 // be Active, checks it is a real, healthy Valkey cluster (valkey-cli --cluster check, a
-// cluster-mode client through every shard), checks the printer columns, measures
-// apply-to-Active and the operator's idle RSS, and finally deletes it and checks that its
-// ValkeyNodes, Pods and containers go.
+// cluster-mode client through every shard), checks the printer columns, logs apply-to-Active
+// and the operator's idle RSS as figures (neither is asserted), and finally deletes it and
+// checks that its ValkeyNodes, Pods and containers go.
 func TestExampleClusterLifecycle(t *testing.T) {
 	n := newNamespace(t, "e2e-examples")
 	const cluster = "my-cluster"
@@ -64,13 +66,13 @@ func TestExampleClusterLifecycle(t *testing.T) {
 	})
 
 	t.Run("printer columns", func(t *testing.T) {
-		rows := table(t, n.kubectl("get", "valkeyclusters"))
+		rows := kubectl.Table(n.kubectl("get", "valkeyclusters"))
 		assert.Equal(t, [][]string{
 			{"NAME", "CONFIG", "SHARDS", "REPLICAS", "STATE"},
 			{"my-cluster", "standard", "3", "1", "Active"},
 		}, rows)
 
-		rows = table(t, n.kubectl("get", "valkeynodes"))
+		rows = kubectl.Table(n.kubectl("get", "valkeynodes"))
 		require.Len(t, rows, 7, "header and 6 ValkeyNodes")
 		assert.Equal(t, []string{"NAME", "CLUSTER", "IMAGE", "LIFECYCLE"}, rows[0])
 		for _, r := range rows[1:] {
@@ -138,7 +140,7 @@ func TestExampleClusterLifecycle(t *testing.T) {
 		assert.Equal(t, int64(keys), total, "keys across primaries")
 	})
 
-	t.Run("operator idle RSS", func(t *testing.T) {
+	t.Run("operator idle RSS (logged figure, not asserted)", func(t *testing.T) {
 		// Idle: the cluster is Active and the operator has run no reconcile for 5 s
 		// (controller_runtime_reconcile_total from its metrics endpoint).
 		last := -1.0
@@ -190,13 +192,3 @@ var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;]*m`)
 
 // stripANSI removes the colour codes valkey-cli writes even when not on a terminal.
 func stripANSI(s string) string { return ansiEscape.ReplaceAllString(s, "") }
-
-// table splits kubectl's column output into trimmed fields per line.
-func table(t *testing.T, out string) [][]string {
-	t.Helper()
-	var rows [][]string
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		rows = append(rows, strings.Fields(line))
-	}
-	return rows
-}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
 var (
@@ -27,27 +27,9 @@ var (
 	nodesGVR    = schema.GroupVersionResource{Group: "valkey.gomomento.com", Version: "v1alpha1", Resource: "valkeynodes"}
 )
 
-// kubectlPath prefers the system kubectl the brief names, falling back to PATH.
-func kubectlPath() string {
-	if _, err := os.Stat("/usr/bin/kubectl"); err == nil {
-		return "/usr/bin/kubectl"
-	}
-	return "kubectl"
-}
-
 // kubectlRun runs the real kubectl against the dev cluster; stdin may be empty.
 func kubectlRun(stdin string, args ...string) (string, error) {
-	cmd := exec.Command(kubectlPath(), append([]string{"--kubeconfig", suite.env.Kubeconfig}, args...)...)
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return string(out), nil
+	return suite.env.KubectlRunner().RunWithInput(context.Background(), stdin, args...)
 }
 
 // ns is one test's namespace and what it needs to explain a failure.
@@ -72,12 +54,14 @@ func newNamespace(t *testing.T, prefix string) *ns {
 		if _, err := kubectlRun("", "delete", "valkeyclusters", "--all", "-n", n.name, "--wait=false"); err != nil {
 			t.Logf("cleanup: %v", err)
 		}
-		deadline := time.Now().Add(90 * time.Second)
-		for time.Now().Before(deadline) {
-			if names, err := n.containers(); err == nil && len(names) == 0 {
-				break
+		if err := poll.Until(context.Background(), 500*time.Millisecond, 90*time.Second, "containers of "+n.name+" gone", func(context.Context) (bool, string, error) {
+			names, err := n.containers()
+			if err != nil {
+				return false, err.Error(), nil
 			}
-			time.Sleep(500 * time.Millisecond)
+			return len(names) == 0, fmt.Sprint(names), nil
+		}); err != nil {
+			t.Logf("cleanup: %v", err)
 		}
 		if _, err := kubectlRun("", "delete", "namespace", n.name, "--wait=false"); err != nil {
 			t.Logf("cleanup: %v", err)
@@ -227,27 +211,18 @@ func (n *ns) secretValue(name, key string) string {
 }
 
 // eventually polls cond every interval until it reports done or timeout passes; then it
-// fails the test with cond's last description. cond's error return aborts at once.
+// fails the test with cond's last description. cond's error, or the operator's exit, aborts
+// at once.
 func (n *ns) eventually(timeout, interval time.Duration, what string, cond func() (done bool, status string, err error)) {
 	n.t.Helper()
-	deadline := time.Now().Add(timeout)
-	var status string
-	for {
+	err := poll.Until(context.Background(), interval, timeout, what, func(context.Context) (bool, string, error) {
 		if err := suite.operator.running(); err != nil {
-			n.t.Fatalf("%s: %v", what, err)
+			return false, "", err
 		}
-		done, s, err := cond()
-		if err != nil {
-			n.t.Fatalf("%s: %v", what, err)
-		}
-		status = s
-		if done {
-			return
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("%s: not reached within %s; last seen: %s", what, timeout, status)
-		}
-		time.Sleep(interval)
+		return cond()
+	})
+	if err != nil {
+		n.t.Fatal(err)
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
 // operator is the cmd/manager binary running as a real process against the dev cluster.
@@ -26,14 +29,11 @@ type operator struct {
 
 // startOperator runs the manager and waits until its readiness endpoint answers.
 func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
-	metricsPort, err := freePort()
+	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
 	}
-	probePort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
+	metricsPort, probePort := ports[0], ports[1]
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -60,25 +60,23 @@ func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
 		close(op.exited)
 	}()
 	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", probePort)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		select {
-		case <-op.exited:
-			return nil, fmt.Errorf("operator exited at start (%v); log:\n%s", op.waitErr, op.tail(40))
-		default:
+	err = poll.Until(context.Background(), 200*time.Millisecond, 60*time.Second, "operator ready at "+url, func(ctx context.Context) (bool, string, error) {
+		if err := op.running(); err != nil {
+			return false, "", err
 		}
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return op, nil
-			}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error(), nil
 		}
-		if time.Now().After(deadline) {
-			_ = op.stop()
-			return nil, fmt.Errorf("operator not ready at %s after 60s; log:\n%s", url, op.tail(40))
-		}
-		time.Sleep(200 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	})
+	if err != nil {
+		_ = op.stop()
+		return nil, fmt.Errorf("%w; log:\n%s", err, op.tail(40))
 	}
+	return op, nil
 }
 
 func (o *operator) pid() int { return o.cmd.Process.Pid }
@@ -144,13 +142,19 @@ func (o *operator) rssKiB() (int64, error) {
 	return 0, errors.New("no VmRSS line in /proc/<pid>/status")
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+// freePorts returns n distinct free ports: all are held open until each is known, so the
+// kernel cannot hand the same one out twice.
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports, nil
 }
 
 // reconcileTotal sums controller_runtime_reconcile_total over results from the metrics

@@ -57,32 +57,22 @@ func parseClusterNodes(text string) []clusterNode {
 // newClusterClient is a cluster-mode valkey-go client authenticating as the default user.
 func newClusterClient(t *testing.T, addrs []string, password string, tlsConfig *tls.Config) valkey.Client {
 	t.Helper()
-	c, err := valkey.NewClient(valkey.ClientOption{
-		InitAddress:  addrs,
-		Password:     password,
-		TLSConfig:    tlsConfig,
-		DisableCache: true,
-		Dialer:       dialer(),
-	})
-	if err != nil {
-		t.Fatalf("valkey cluster client to %v: %v", addrs, err)
-	}
-	t.Cleanup(c.Close)
-	return c
+	return newClient(t, valkey.ClientOption{InitAddress: addrs, Password: password, TLSConfig: tlsConfig})
 }
 
 // newNodeClient talks to exactly one server, whatever its cluster mode.
 func newNodeClient(t *testing.T, addr, password string) valkey.Client {
 	t.Helper()
-	c, err := valkey.NewClient(valkey.ClientOption{
-		InitAddress:       []string{addr},
-		Password:          password,
-		ForceSingleClient: true,
-		DisableCache:      true,
-		Dialer:            dialer(),
-	})
+	return newClient(t, valkey.ClientOption{InitAddress: []string{addr}, Password: password, ForceSingleClient: true})
+}
+
+// newClient opens a client with the tests' dialer and no client-side cache, closed when t ends.
+func newClient(t *testing.T, o valkey.ClientOption) valkey.Client {
+	t.Helper()
+	o.DisableCache, o.Dialer = true, dialer()
+	c, err := valkey.NewClient(o)
 	if err != nil {
-		t.Fatalf("valkey client to %s: %v", addr, err)
+		t.Fatalf("valkey client to %v: %v", o.InitAddress, err)
 	}
 	t.Cleanup(c.Close)
 	return c

@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
@@ -57,7 +56,8 @@ func requireDocker(t *testing.T) {
 	}
 }
 
-// newFixture starts shards*perShard nodes of image and an Admin authenticated as the operator.
+// newFixture starts shards*perShard nodes of image and an Admin authenticated as the operator
+// (opts.Credentials' user and password are set here; its TLS fields are the caller's).
 func newFixture(t *testing.T, cfg harness.Config, shards, perShard int, opts valkeyops.Options) *fixture {
 	t.Helper()
 	requireDocker(t)
@@ -76,8 +76,8 @@ func newFixture(t *testing.T, cfg harness.Config, shards, perShard int, opts val
 	})
 	nodes, err := env.StartNodes(ctx, shards, perShard)
 	require.NoError(t, err)
-	opts.Username = valkeyops.OperatorUser
-	opts.Password = cfg.ACL.OperatorPassword
+	opts.Credentials.Username = valkeyops.OperatorUser
+	opts.Credentials.Password = cfg.ACL.OperatorPassword
 	admin, err := valkeyops.NewAdmin(opts)
 	require.NoError(t, err)
 	t.Cleanup(admin.Close)
@@ -139,7 +139,7 @@ func fill(t *testing.T, c valkey.Client, prefix string, n int) {
 	for i := 0; i < n; i += batch {
 		cmds := make(valkey.Commands, 0, batch)
 		for j := i; j < min(n, i+batch); j++ {
-			cmds = append(cmds, c.B().Set().Key(prefix+strconv.Itoa(j)).Value("v"+strconv.Itoa(j)).Build())
+			cmds = append(cmds, c.B().Set().Key(prefix+strconv.Itoa(j)).Value(loadgen.Value(j)).Build())
 		}
 		for _, r := range c.DoMulti(ctx, cmds...) {
 			require.NoError(t, r.Error())
@@ -150,27 +150,8 @@ func fill(t *testing.T, c valkey.Client, prefix string, n int) {
 // verify reads every key back and counts mismatches.
 func verify(t *testing.T, c valkey.Client, prefix string, keys []int) {
 	t.Helper()
-	ctx := context.Background()
-	const batch = 2000
-	bad := 0
-	var firstErr error
-	for i := 0; i < len(keys); i += batch {
-		cmds := make(valkey.Commands, 0, batch)
-		idx := keys[i:min(len(keys), i+batch)]
-		for _, k := range idx {
-			cmds = append(cmds, c.B().Get().Key(prefix+strconv.Itoa(k)).Build())
-		}
-		for j, r := range c.DoMulti(ctx, cmds...) {
-			v, err := r.ToString()
-			if err != nil || v != "v"+strconv.Itoa(idx[j]) {
-				bad++
-				if firstErr == nil {
-					firstErr = fmt.Errorf("key %s%d: %q %v", prefix, idx[j], v, err)
-				}
-			}
-		}
-	}
-	require.Zerof(t, bad, "%d of %d keys unreadable or wrong, first: %v", bad, len(keys), firstErr)
+	bad, first := loadgen.Missing(context.Background(), c, prefix, keys)
+	require.Zerof(t, bad, "%d of %d keys unreadable or wrong, first: %v", bad, len(keys), first)
 }
 
 func seq(n int) []int {
@@ -179,55 +160,6 @@ func seq(n int) []int {
 		out[i] = i
 	}
 	return out
-}
-
-// writer keeps writing "w:<i>" keys until stopped and records every acknowledged one.
-type writer struct {
-	stop  chan struct{}
-	done  chan struct{}
-	mu    sync.Mutex
-	acked []int
-	fails atomic.Int64
-}
-
-func startWriter(c valkey.Client) *writer {
-	w := &writer{stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for i := 0; ; i++ {
-			select {
-			case <-w.stop:
-				return
-			default:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			err := c.Do(ctx, c.B().Set().Key("w:"+strconv.Itoa(i)).Value("v"+strconv.Itoa(i)).Build()).Error()
-			cancel()
-			if err == nil {
-				w.mu.Lock()
-				w.acked = append(w.acked, i)
-				w.mu.Unlock()
-			} else {
-				w.fails.Add(1)
-			}
-		}
-	}()
-	return w
-}
-
-// Count is the number of writes acknowledged so far.
-func (w *writer) Count() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return len(w.acked)
-}
-
-func (w *writer) Stop() []int {
-	close(w.stop)
-	<-w.done
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.acked
 }
 
 // dump logs every node's CLUSTER NODES view, for failed tests.

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
@@ -57,10 +58,11 @@ func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
 			assert.Equal(t, primary.ID, snap.ByName(added.Name).PrimaryID)
 
 			// Graceful failover to it while a writer runs.
-			w := startWriter(c)
-			require.Eventually(t, func() bool { return w.Count() > 100 }, 30*time.Second, 10*time.Millisecond, "writer running")
+			w := loadgen.Start(c, loadgen.Options{Prefix: "w:", Timeout: 5 * time.Second})
+			require.Eventually(t, func() bool { return w.Acked() > 100 }, 30*time.Second, 10*time.Millisecond, "writer running")
 			require.NoError(t, f.admin.Failover(ctx, nodes, primary.Name))
-			acked := w.Stop()
+			res := w.Stop()
+			acked := res.Acked
 			snap = waitHealthy(t, f, nodes, 3, 1, 30*time.Second)
 			assert.Equal(t, valkeyops.RolePrimary, snap.ByName(added.Name).Role)
 			assert.Equal(t, valkeyops.RoleReplica, snap.ByName(primary.Name).Role)
@@ -160,7 +162,7 @@ func TestRebalanceResumesAfterInterruption(t *testing.T) {
 	// "crash" lands between SETSLOT IMPORTING/MIGRATING and the end of the key moves.
 	crashCtx, crash := context.WithCancel(ctx)
 	crashing, err := valkeyops.NewAdmin(valkeyops.Options{
-		Username: valkeyops.OperatorUser, Password: operatorPassword,
+		Credentials: valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword},
 		Log: func(format string, args ...any) {
 			if len(format) >= 6 && format[:6] == "opened" {
 				crash()

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
@@ -34,7 +35,7 @@ func TestScaleOutAndIn(t *testing.T) {
 			}
 			all := append(append([]valkeyops.Node(nil), f.nodes...), added...)
 
-			w := startWriter(c)
+			w := loadgen.Start(c, loadgen.Options{Prefix: "w:", Timeout: 5 * time.Second})
 			start := time.Now()
 			require.NoError(t, f.admin.Bootstrap(ctx, all, 4), "join the new shard")
 			require.NoError(t, f.admin.Rebalance(ctx, all, nil))
@@ -57,8 +58,9 @@ func TestScaleOutAndIn(t *testing.T) {
 			start = time.Now()
 			require.NoError(t, f.admin.Rebalance(ctx, all, leaving))
 			t.Logf("scale-in 4->3 took %s", time.Since(start))
-			acked := w.Stop()
-			t.Logf("writer: %d acknowledged, %d failed", len(acked), w.fails.Load())
+			res := w.Stop()
+			acked := res.Acked
+			t.Logf("writer: %d acknowledged, %d failed", len(acked), res.Failed)
 			require.NotEmpty(t, acked)
 
 			snap, err = f.admin.Observe(ctx, all)

@@ -1,14 +1,7 @@
 package integration
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"testing"
 	"time"
 
@@ -17,63 +10,40 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
 const tlsServerName = "demo.default.svc.cluster.local"
 
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newCA(t *testing.T) *testCA {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// issue signs a server+client certificate for the demo cluster's service names.
+func issue(t *testing.T, ca *testcerts.CA, serial int64) testcerts.Pair {
+	t.Helper()
+	p, err := ca.Issue(testcerts.Leaf{
+		CommonName: tlsServerName, DNSNames: testcerts.ForCluster("demo", "default"),
+		Server: true, Client: true, Serial: serial,
+	})
 	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	require.NoError(t, err)
-	cert, err := x509.ParseCertificate(der)
-	require.NoError(t, err)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue signs a server+client certificate for the service names with the given serial.
-func (ca *testCA) issue(t *testing.T, serial int64) (certPEM, keyPEM []byte) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	require.NoError(t, err)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: tlsServerName},
-		DNSNames:  []string{tlsServerName, "*." + tlsServerName},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	require.NoError(t, err)
-	kd, err := x509.MarshalECPrivateKey(key)
-	require.NoError(t, err)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd})
+	return p
 }
 
 // A TLS-only cluster (client port, replication and bus all TLS) forms, and each node serves a
-// rotated certificate after ReloadTLS, without a restart.
+// rotated certificate after ReloadTLS, without a restart. The operator presents a client
+// certificate, as it may.
 func TestTLSClusterAndRotation(t *testing.T) {
 	for _, img := range []struct{ name, image string }{{"valkey8", harness.Image()}, {"valkey9", harness.Image9()}} {
 		t.Run(img.name, func(t *testing.T) {
 			t.Parallel()
-			ca := newCA(t)
-			cert, key := ca.issue(t, 100)
+			ca, err := testcerts.NewCA("test CA")
+			require.NoError(t, err)
+			leaf := issue(t, ca, 100)
+			creds := valkeyops.Credentials{CA: ca.CertPEM, Cert: leaf.CertPEM, Key: leaf.KeyPEM, ServerName: tlsServerName}
+			tlsCfg, err := creds.TLSConfig()
+			require.NoError(t, err)
 			roots := x509.NewCertPool()
-			roots.AppendCertsFromPEM(ca.pem)
-			tlsCfg := &tls.Config{RootCAs: roots, ServerName: tlsServerName, MinVersion: tls.VersionTLS12}
-			f := newFixture(t, harness.Config{Image: img.image, TLS: &harness.TLSFiles{CA: ca.pem, Cert: cert, Key: key}}, 3, 2,
-				valkeyops.Options{TLS: tlsCfg})
+			roots.AddCert(ca.Cert)
+			f := newFixture(t, harness.Config{Image: img.image, TLS: &harness.TLSFiles{CA: ca.CertPEM, Cert: leaf.CertPEM, Key: leaf.KeyPEM}}, 3, 2,
+				valkeyops.Options{Credentials: creds})
 			ctx := ctxT(t, 3*time.Minute)
 			require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
 			waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
@@ -88,10 +58,10 @@ func TestTLSClusterAndRotation(t *testing.T) {
 			}
 
 			// Rotate: new certificate files in place, then reload; the process keeps running.
-			newCert, newKey := ca.issue(t, 200)
+			rotated := issue(t, ca, 200)
 			for _, n := range f.nodes {
-				require.NoError(t, f.env.WriteFile(ctx, n.Name, "/etc/valkey/tls/tls.crt", newCert))
-				require.NoError(t, f.env.WriteFile(ctx, n.Name, "/etc/valkey/tls/tls.key", newKey))
+				require.NoError(t, f.env.WriteFile(ctx, n.Name, "/etc/valkey/tls/tls.crt", rotated.CertPEM))
+				require.NoError(t, f.env.WriteFile(ctx, n.Name, "/etc/valkey/tls/tls.key", rotated.KeyPEM))
 			}
 			before, err := f.admin.Observe(ctx, f.nodes)
 			require.NoError(t, err)
@@ -109,6 +79,71 @@ func TestTLSClusterAndRotation(t *testing.T) {
 			_, err = valkey.NewClient(valkey.ClientOption{InitAddress: []string{f.nodes[0].Addr}, Password: defaultPassword, ForceSingleClient: true, DisableCache: true})
 			assert.Error(t, err)
 			verify(t, c, "t:", seq(5_000))
+		})
+	}
+}
+
+// A node serving an expired certificate (chained to the CA, naming the service) is still
+// managed: expiry is a warning, not a reason to stop. A CA the certificate does not chain to,
+// or another server name, is still refused. Admins come from a Pool, as the reconciler gets
+// them.
+func TestTLSExpiredServerCertificate(t *testing.T) {
+	t.Parallel()
+	ca, err := testcerts.NewCA("test CA")
+	require.NoError(t, err)
+	now := time.Now()
+	expired, err := ca.Issue(testcerts.Leaf{
+		CommonName: tlsServerName, DNSNames: testcerts.ForCluster("demo", "default"), Server: true,
+		NotBefore: now.Add(-50 * time.Minute), NotAfter: now.Add(-time.Minute),
+	})
+	require.NoError(t, err)
+	f := newFixture(t, harness.Config{Image: harness.Image(), TLS: &harness.TLSFiles{CA: ca.CertPEM, Cert: expired.CertPEM, Key: expired.KeyPEM}}, 1, 1,
+		valkeyops.Options{Credentials: valkeyops.Credentials{CA: ca.CertPEM, ServerName: tlsServerName}})
+	node := f.nodes[0]
+	ctx := ctxT(t, time.Minute)
+
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	_, err = valkeyops.ServedCertificate(ctx, node.Addr, roots)
+	require.ErrorContains(t, err, "certificate has expired", "the node serves the expired certificate")
+
+	other, err := testcerts.NewCA("other CA")
+	require.NoError(t, err)
+	creds := func(caPEM []byte, serverName string) valkeyops.Credentials {
+		return valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword, CA: caPEM, ServerName: serverName}
+	}
+	tests := []struct {
+		name    string
+		creds   valkeyops.Credentials
+		wantErr string // "" = the Admin observes the node and reloads its TLS files
+	}{
+		{name: "expired but chained and named", creds: creds(ca.CertPEM, tlsServerName)},
+		{name: "another CA", creds: creds(other.CertPEM, tlsServerName), wantErr: "certificate signed by unknown authority"},
+		{name: "another server name", creds: creds(ca.CertPEM, "other.default.svc.cluster.local"), wantErr: "not other.default.svc.cluster.local"},
+	}
+	pool := valkeyops.NewPool(nil, t.Logf)
+	t.Cleanup(pool.Close)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			admin, err := pool.Connect(ctx, "default/demo", tt.creds)
+			require.NoError(t, err)
+			snap, err := admin.Observe(ctx, f.nodes)
+			require.NoError(t, err)
+			st := snap.ByName(node.Name)
+			reloadErr := admin.ReloadTLS(ctx, node)
+			if tt.wantErr == "" {
+				require.True(t, st.Reachable, "observe: %v", st.Err)
+				assert.NotEmpty(t, st.ID)
+				assert.Equal(t, valkeyops.RolePrimary, st.Role)
+				assert.NoError(t, reloadErr)
+				return
+			}
+			assert.False(t, st.Reachable)
+			require.Error(t, st.Err)
+			assert.ErrorIs(t, st.Err, valkeyops.ErrUnreachable)
+			assert.Contains(t, st.Err.Error(), tt.wantErr)
+			require.Error(t, reloadErr)
+			assert.Contains(t, reloadErr.Error(), tt.wantErr)
 		})
 	}
 }

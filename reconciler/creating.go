@@ -2,25 +2,20 @@ package reconciler
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
-	"net"
-	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/gomomento/valkey-operator/crds"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/resolve"
-	"github.com/gomomento/valkey-operator/reconciler/tlscheck"
-	"github.com/gomomento/valkey-operator/reconciler/topology"
 	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/gomomento/valkey-operator/valkeyops"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -30,59 +25,52 @@ type cacheLookup struct{ c client.Reader }
 
 func (l cacheLookup) Config(ctx context.Context, name string) (views.Config, bool, error) {
 	u := views.NewConfigObject()
-	if err := l.c.Get(ctx, types.NamespacedName{Name: name}, u); err != nil {
-		if apierrors.IsNotFound(err) {
-			return views.Config{}, false, nil
-		}
-		return views.Config{}, false, err
-	}
-	return views.Config{U: u}, true, nil
+	ok, err := getOptional(ctx, l.c, name, u)
+	return views.Config{U: u}, ok, err
 }
 
 func (l cacheLookup) Image(ctx context.Context, name string) (views.Image, bool, error) {
 	u := views.NewImageObject()
-	if err := l.c.Get(ctx, types.NamespacedName{Name: name}, u); err != nil {
-		if apierrors.IsNotFound(err) {
-			return views.Image{}, false, nil
-		}
-		return views.Image{}, false, err
-	}
-	return views.Image{U: u}, true, nil
+	ok, err := getOptional(ctx, l.c, name, u)
+	return views.Image{U: u}, ok, err
 }
 
-// target is the topology this Creating pass builds: the targetSpec snapshot, or for a
-// previously formed cluster the topology its nodes already have (bootstrap is then a no-op).
-func (p *pass) target() views.TargetSpec {
-	if p.formed {
-		perShard := map[int]int{}
-		for _, n := range p.nodes {
-			perShard[n.Shard()]++
-		}
-		t := views.TargetSpec{Shards: len(perShard), ReplicasPerShard: -1}
-		for _, c := range perShard {
-			if t.ReplicasPerShard < 0 || c-1 < t.ReplicasPerShard {
-				t.ReplicasPerShard = c - 1
-			}
-		}
-		return t
+// getOptional reads a cluster-scoped object into obj; a missing one is (false, nil), since
+// the menu may simply not have it yet.
+func getOptional(ctx context.Context, c client.Reader, name string, obj client.Object) (bool, error) {
+	err := c.Get(ctx, types.NamespacedName{Name: name}, obj)
+	if apierrors.IsNotFound(err) {
+		return false, nil
 	}
+	return err == nil, err
+}
+
+// ownerRef makes owner the controlling owner, so deleting it cascades to the object.
+func ownerRef(owner metav1.Object, apiVersion, kind string) metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion: apiVersion, Kind: kind, Name: owner.GetName(), UID: owner.GetUID(),
+		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// target is the topology this Creating pass builds: the targetSpec snapshot (the live spec
+// only for a status the state gate has not written yet).
+func (p *pass) target() views.TargetSpec {
 	if t := p.cluster.Status().Target; t != nil {
 		return *t
 	}
 	return views.TargetSpec{Shards: p.cluster.Shards(), ReplicasPerShard: p.cluster.ReplicasPerShard()}
 }
 
-// resolveConfig lists the cluster's nodes and pods and, unless the cluster was formed
-// before, resolves configRef -> ValkeyConfig chain -> ValkeyImage. A missing or cyclic
-// reference keeps the cluster Creating with a Warning Event; creating the object unblocks
-// it through the watches, without a spec edit.
+// resolveConfig resolves configRef -> ValkeyConfig chain -> ValkeyImage. A missing or cyclic reference keeps the cluster
+// Creating with a Warning Event; creating the object unblocks it through the watches,
+// without a spec edit.
 func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
-	if out := r.loadMembers(ctx, p); out != nil {
-		return out
-	}
-	if p.formed {
-		return nil
-	}
+	return r.resolve(ctx, p)
+}
+
+// resolve sets p.resolved, or warns and ends the pass when the chain does not resolve.
+func (r *Reconciler) resolve(ctx context.Context, p *pass) *outcome {
 	res, err := resolve.Resolve(ctx, cacheLookup{r.client}, p.cluster.ConfigRef())
 	var (
 		missingConfig *resolve.MissingConfigError
@@ -114,66 +102,21 @@ func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
 	return nil
 }
 
-func (r *Reconciler) loadMembers(ctx context.Context, p *pass) *outcome {
-	list := views.NewNodeListObject()
-	sel := client.MatchingLabels{render.LabelCluster: p.key.Name}
-	if err := r.client.List(ctx, list, client.InNamespace(p.key.Namespace), sel); err != nil {
-		return done(ctrl.Result{}, err)
+// passFormed lets a previously formed cluster (every node Active) that re-enters Creating
+// pass through as a no-op, as the seed says: it goes straight back to Active, where the
+// Active phase heals whatever changed meanwhile (a bootstrap would not: it cannot tell a
+// lost node from one never created).
+func (r *Reconciler) passFormed(ctx context.Context, p *pass) *outcome {
+	if !p.formed {
+		return nil
 	}
-	seen := map[string]bool{}
-	p.nodes = nil
-	for i := range list.Items {
-		n := views.Node{U: &list.Items[i]}
-		if !metav1.IsControlledBy(n.U, p.obj) {
-			continue
-		}
-		seen[n.Name()] = true
-		p.nodes = append(p.nodes, n)
-	}
-	sort.Slice(p.nodes, func(i, j int) bool {
-		if p.nodes[i].Shard() != p.nodes[j].Shard() {
-			return p.nodes[i].Shard() < p.nodes[j].Shard()
-		}
-		return p.nodes[i].Name() < p.nodes[j].Name()
-	})
-	r.mu.Lock()
-	for name, at := range r.expected[p.key] {
-		if seen[name] || time.Since(at) > expectTimeout {
-			delete(r.expected[p.key], name)
-		}
-	}
-	pending := len(r.expected[p.key])
-	r.mu.Unlock()
-	if pending > 0 {
-		// Nodes we created are not in the cache yet; acting on this list could double a shard.
-		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
-	}
-
-	p.formed = len(p.nodes) > 0
-	for _, n := range p.nodes {
-		if n.Status().Lifecycle != views.LifecycleActive {
-			p.formed = false
-		}
-	}
-
-	pods := &corev1.PodList{}
-	if err := r.client.List(ctx, pods, client.InNamespace(p.key.Namespace), sel); err != nil {
-		return done(ctrl.Result{}, err)
-	}
-	p.pods = map[string]*corev1.Pod{}
-	for i := range pods.Items {
-		p.pods[pods.Items[i].Name] = &pods.Items[i]
-	}
-	return nil
+	return r.activate(ctx, p)
 }
 
 // ensureNodes creates the ValkeyNodes the snapshot topology still lacks. Each node's spec is
 // fixed here, from the live resolution and placement (seed: a live edit shapes only nodes
 // not created yet).
 func (r *Reconciler) ensureNodes(ctx context.Context, p *pass) *outcome {
-	if p.formed {
-		return nil
-	}
 	t := p.target()
 	perShard := map[int]int{}
 	names := map[string]bool{}
@@ -209,7 +152,7 @@ func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken m
 		u.SetName(name)
 		u.SetNamespace(p.key.Namespace)
 		u.SetLabels(render.NodeLabels(p.key.Name, shard))
-		u.SetOwnerReferences([]metav1.OwnerReference{p.clusterOwnerRef()})
+		u.SetOwnerReferences([]metav1.OwnerReference{ownerRef(p.obj, p.obj.GetAPIVersion(), p.obj.GetKind())})
 		n := views.Node{U: u}
 		n.SetSpec(spec)
 		if err := r.client.Create(ctx, u); err != nil {
@@ -218,12 +161,7 @@ func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken m
 			}
 			return views.Node{}, err
 		}
-		r.mu.Lock()
-		if r.expected[p.key] == nil {
-			r.expected[p.key] = map[string]time.Time{}
-		}
-		r.expected[p.key][name] = time.Now()
-		r.mu.Unlock()
+		r.expect(p, name, true)
 		n.SetStatus(views.NodeStatus{Lifecycle: views.LifecycleJoining})
 		if err := r.client.Status().Update(ctx, u); err != nil {
 			return views.Node{}, err
@@ -250,6 +188,7 @@ func (r *Reconciler) ensurePods(ctx context.Context, p *pass) *outcome {
 			return done(ctrl.Result{}, err)
 		}
 		p.log.Info("created Pod", "pod", pod.Name)
+		r.event(p, pod, ReasonPodCreated, "CreatePod", "Created Pod %s for ValkeyNode %s", pod.Name, n.Name())
 	}
 	return nil
 }
@@ -267,9 +206,7 @@ func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
 		if err := r.setNodeStatus(ctx, n, func(s *views.NodeStatus) { s.PodIP = pod.Status.PodIP }); err != nil {
 			return done(ctrl.Result{}, err)
 		}
-		p.members = append(p.members, topology.Member{
-			Name: n.Name(), Addr: net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(render.ClientPort)), Shard: n.Shard(),
-		})
+		p.members = append(p.members, valkeyNode(n.Name(), pod.Status.PodIP, n.Shard()))
 	}
 	if !ready {
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
@@ -291,78 +228,49 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// setNodeStatus applies mutate to a node's status and writes it only if it changed.
-func (r *Reconciler) setNodeStatus(ctx context.Context, n views.Node, mutate func(*views.NodeStatus)) error {
-	have := n.Status()
-	want := have
-	mutate(&want)
-	if want == have {
-		return nil
-	}
-	n.SetStatus(want)
-	return r.client.Status().Update(ctx, n.U)
-}
-
-// conn builds the operator's connection settings: user "operator" with the generated
-// password and, with TLS, verification against the cluster CA under the Service name.
-func (r *Reconciler) conn(p *pass) topology.Conn {
-	c := topology.Conn{Cluster: p.key, Username: topology.OperatorUser, Password: p.operatorPassword}
-	if p.tlsData != nil {
-		pool := x509.NewCertPool()
-		pool.AppendCertsFromPEM(p.tlsData[tlscheck.KeyCA])
-		cfg := &tls.Config{
-			MinVersion: tls.VersionTLS12,
-			RootCAs:    pool,
-			ServerName: tlscheck.ServiceName(p.key.Name, p.key.Namespace),
-		}
-		// Present the cluster certificate too, so servers that demand client certificates
-		// accept the operator.
-		if pair, err := tls.X509KeyPair(p.tlsData[tlscheck.KeyCert], p.tlsData[tlscheck.KeyKey]); err == nil {
-			cfg.Certificates = []tls.Certificate{pair}
-		}
-		c.TLS = cfg
-	}
-	return c
-}
-
-// formCluster runs valkeyops' idempotent bootstrap from the snapshot topology (skipped for
-// a previously formed cluster) and then observes it against the seed's Active criteria.
-func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
+// connect opens (or reuses) the cluster's Valkey client for the rest of the pass. Auth is
+// always on: without the operator's password nothing is dialled.
+func (r *Reconciler) connect(ctx context.Context, p *pass) *outcome {
 	if p.operatorPassword == "" {
-		// Auth is always on; never dial without the operator's password.
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
-	t := p.target()
-	conn := r.conn(p)
-	if !p.formed {
-		if err := r.opts.Valkey.Bootstrap(ctx, conn, p.members, t.Shards); err != nil {
-			r.warn(p, ReasonBootstrapFailed, "Bootstrap", "bootstrap failed: "+err.Error())
-			return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
-		}
-		r.clearWarning(p, ReasonBootstrapFailed)
-		r.noteOnce(p, ReasonBootstrap, "Bootstrap", "Bootstrapped "+strconv.Itoa(t.Shards)+" shards x "+strconv.Itoa(t.ReplicasPerShard)+" replicas over "+strconv.Itoa(len(p.members))+" nodes")
+	c, err := r.opts.Valkey.Connect(ctx, p.key, p.credentials())
+	if err != nil {
+		r.warn(p, ReasonConnectFailed, "Connect", "connecting to the Valkey servers failed: "+err.Error())
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
-	obs, err := r.opts.Valkey.Observe(ctx, conn, p.members, t.Shards, t.ReplicasPerShard)
+	r.clearWarning(p, ReasonConnectFailed)
+	p.valkey = c
+	return nil
+}
+
+// formCluster runs valkeyops' idempotent bootstrap from the snapshot topology and then
+// observes it against the seed's Active criteria.
+func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
+	t := p.target()
+	if err := p.valkey.Bootstrap(ctx, p.members, t.Shards); err != nil {
+		r.warn(p, ReasonBootstrapFailed, "Bootstrap", "bootstrap failed: "+err.Error())
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	}
+	r.clearWarning(p, ReasonBootstrapFailed)
+	r.noteOnce(p, ReasonBootstrap, "Bootstrap", "Bootstrapped "+strconv.Itoa(t.Shards)+" shards x "+strconv.Itoa(t.ReplicasPerShard)+" replicas over "+strconv.Itoa(len(p.members))+" nodes")
+	snap, err := p.valkey.Observe(ctx, p.members)
 	if err != nil {
 		r.warn(p, ReasonObserveFailed, "Observe", "observing the cluster failed: "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
 	r.clearWarning(p, ReasonObserveFailed)
-	byName := map[string]topology.NodeState{}
-	for _, s := range obs.Nodes {
-		byName[s.Name] = s
-	}
 	for _, n := range p.nodes {
-		s, ok := byName[n.Name()]
-		if !ok || !s.Reachable {
+		s := snap.ByName(n.Name())
+		if s == nil || !s.Reachable {
 			continue
 		}
-		if err := r.setNodeStatus(ctx, n, func(st *views.NodeStatus) { st.NodeID, st.Role = s.ID, s.Role }); err != nil {
+		if err := r.setNodeStatus(ctx, n, func(st *views.NodeStatus) { st.NodeID, st.Role = s.ID, string(s.Role) }); err != nil {
 			return done(ctrl.Result{}, err)
 		}
 	}
-	if len(obs.Problems) > 0 {
-		p.log.Info("cluster not healthy yet", "problems", strings.Join(obs.Problems, "; "))
+	if problems := valkeyops.Health(snap, t.Shards, t.ReplicasPerShard); len(problems) > 0 {
+		p.log.Info("cluster not healthy yet", "problems", strings.Join(problems, "; "))
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
 	return nil
@@ -383,5 +291,6 @@ func (r *Reconciler) activate(ctx context.Context, p *pass) *outcome {
 		return done(ctrl.Result{}, err)
 	}
 	r.clearWarning(p, ReasonBootstrap)
-	return done(ctrl.Result{}, nil)
+	// The Active phase takes over from the next pass.
+	return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/gomomento/valkey-operator/crds"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/settings"
-	"github.com/gomomento/valkey-operator/reconciler/topology"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -34,7 +33,10 @@ type ManagerConfig struct {
 	SyncPeriod      time.Duration
 	RecheckInterval time.Duration
 	PollInterval    time.Duration
-	Valkey          topology.Valkey
+	ActivePeriod    time.Duration
+	Valkey          Valkey
+	// Metrics receives one call per reconcile pass (nil = none).
+	Metrics Metrics
 	// SkipNameValidation allows several managers with this controller in one process
 	// (tests only: controller names must otherwise be unique for their metrics).
 	SkipNameValidation bool
@@ -50,7 +52,7 @@ const EventReporter = "valkey-operator"
 // valkey-operator-config stops start-up with a clear error (a *settings.InvalidError).
 func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.Manager, *Reconciler, error) {
 	if mc.Valkey == nil {
-		return nil, nil, fmt.Errorf("no Valkey topology implementation configured")
+		return nil, nil, fmt.Errorf("no Valkey connector configured")
 	}
 	if mc.Namespace == "" {
 		return nil, nil, fmt.Errorf("the operator namespace is not set (POD_NAMESPACE or --namespace)")
@@ -110,12 +112,14 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 			return nil, nil, err
 		}
 	}
-	r := New(mgr.GetClient(), Options{
+	r := New(mgr.GetClient(), mgr.GetAPIReader(), Options{
 		Settings:        st,
 		Valkey:          mc.Valkey,
+		Metrics:         mc.Metrics,
 		Recorder:        mgr.GetEventRecorder(EventReporter),
 		RecheckInterval: mc.RecheckInterval,
 		PollInterval:    mc.PollInterval,
+		ActivePeriod:    mc.ActivePeriod,
 	})
 	if err := r.setup(mgr, mc.SkipNameValidation); err != nil {
 		return nil, nil, fmt.Errorf("setting up controller: %w", err)

@@ -1,3 +1,5 @@
+//go:build envtest
+
 package reconciler_test
 
 import (

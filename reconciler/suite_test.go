@@ -1,3 +1,5 @@
+//go:build envtest
+
 package reconciler_test
 
 import (
@@ -6,17 +8,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"sort"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomomento/valkey-operator/crds"
 	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/reconciler/topology"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,7 +48,7 @@ var (
 	k8s     client.Client // direct, uncached: what the tests observe is what the API server has
 	fake    = newFakeValkey()
 	kubelet = newFakeKubelet()
-	rec     *reconciler.Reconciler
+	passes  = &passCounter{}
 
 	// resync is the informer resync period: every tick re-delivers every object to the
 	// controller, so an idle window really exercises reconciles.
@@ -94,20 +93,21 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	mgr, r, err := reconciler.NewManager(ctx, cfg, reconciler.ManagerConfig{
+	mgr, _, err := reconciler.NewManager(ctx, cfg, reconciler.ManagerConfig{
 		Namespace:       operatorNamespace,
 		MetricsAddr:     "0",
 		ProbeAddr:       "0",
 		SyncPeriod:      resync,
 		RecheckInterval: time.Second,
 		PollInterval:    200 * time.Millisecond,
+		ActivePeriod:    time.Second,
 		Valkey:          fake,
+		Metrics:         passes,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)
 		return 1
 	}
-	rec = r
 	mgrDone := make(chan error, 1)
 	go func() { mgrDone <- mgr.Start(ctx) }()
 	go kubelet.run(ctx, k8s)
@@ -129,190 +129,6 @@ func zapLevel() zapcore.Level {
 	}
 	return 1 // warnings and errors only, keeps the suite output readable
 }
-
-// ---- fake kubelet ---------------------------------------------------------------------
-
-// fakeKubelet marks every operator pod Running with a unique IP and Ready, except in
-// namespaces a test has paused.
-type fakeKubelet struct {
-	mu     sync.Mutex
-	paused map[string]bool
-	nextIP atomic.Int64
-}
-
-func newFakeKubelet() *fakeKubelet { return &fakeKubelet{paused: map[string]bool{}} }
-
-func (k *fakeKubelet) pause(ns string, on bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.paused[ns] = on
-}
-
-func (k *fakeKubelet) run(ctx context.Context, c client.Client) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pods := &corev1.PodList{}
-		if err := c.List(ctx, pods, client.MatchingLabels{render.LabelManagedBy: render.ManagedBy}); err != nil {
-			continue
-		}
-		for i := range pods.Items {
-			pod := &pods.Items[i]
-			k.mu.Lock()
-			paused := k.paused[pod.Namespace]
-			k.mu.Unlock()
-			if paused || pod.Status.Phase == corev1.PodRunning {
-				continue
-			}
-			n := k.nextIP.Add(1)
-			now := metav1.Now()
-			pod.Status = corev1.PodStatus{
-				Phase:     corev1.PodRunning,
-				PodIP:     fmt.Sprintf("10.%d.%d.%d", 100+n/65536, (n/256)%256, n%256),
-				PodIPs:    nil,
-				StartTime: &now,
-				Conditions: []corev1.PodCondition{
-					{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				},
-			}
-			pod.Status.PodIPs = []corev1.PodIP{{IP: pod.Status.PodIP}}
-			_ = c.Status().Update(ctx, pod)
-		}
-	}
-}
-
-// ---- fake Valkey ----------------------------------------------------------------------
-
-// fakeValkey scripts the topology: a cluster is formed by Bootstrap and is healthy when its
-// members cover the requested topology, unless a test blocks it.
-type fakeValkey struct {
-	mu         sync.Mutex
-	blocked    map[types.NamespacedName]bool
-	formed     map[types.NamespacedName]bool
-	bootstraps map[types.NamespacedName]int
-	conns      map[types.NamespacedName]topology.Conn
-	calls      map[types.NamespacedName]int
-}
-
-func newFakeValkey() *fakeValkey {
-	return &fakeValkey{
-		blocked: map[types.NamespacedName]bool{}, formed: map[types.NamespacedName]bool{},
-		bootstraps: map[types.NamespacedName]int{}, conns: map[types.NamespacedName]topology.Conn{},
-		calls: map[types.NamespacedName]int{},
-	}
-}
-
-func (f *fakeValkey) block(key types.NamespacedName, on bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.blocked[key] = on
-}
-
-func (f *fakeValkey) bootstrapCount(key types.NamespacedName) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.bootstraps[key]
-}
-
-func (f *fakeValkey) callCount(key types.NamespacedName) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[key]
-}
-
-func (f *fakeValkey) lastConn(key types.NamespacedName) topology.Conn {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.conns[key]
-}
-
-func (f *fakeValkey) RenderACL(spec topology.ACLSpec) string {
-	var b strings.Builder
-	b.WriteString("user default on #" + sha(spec.DefaultPassword) + " ~* &* +@all\n")
-	b.WriteString("user operator on #" + sha(spec.OperatorPassword) + " ~* &* +@all\n")
-	for _, u := range spec.Users {
-		fmt.Fprintf(&b, "user %s on", u.Name)
-		for _, h := range u.PasswordHashes {
-			b.WriteString(" #" + h)
-		}
-		for _, p := range u.Permissions {
-			for _, c := range p.Categories {
-				fmt.Fprintf(&b, " %s@%s", sign(c.Allow), c.Name)
-			}
-			for _, c := range p.Commands {
-				fmt.Fprintf(&b, " %s%s", sign(c.Allow), c.Name)
-			}
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
-}
-
-func sign(allow bool) string {
-	if allow {
-		return "+"
-	}
-	return "-"
-}
-
-func sha(s string) string { return hashHex(s) }
-
-func (f *fakeValkey) Bootstrap(_ context.Context, conn topology.Conn, members []topology.Member, shards int) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[conn.Cluster]++
-	f.conns[conn.Cluster] = conn
-	if conn.Username != topology.OperatorUser || conn.Password == "" {
-		return fmt.Errorf("fake: refusing unauthenticated connection")
-	}
-	f.bootstraps[conn.Cluster]++
-	f.formed[conn.Cluster] = true
-	return nil
-}
-
-func (f *fakeValkey) Observe(_ context.Context, conn topology.Conn, members []topology.Member, shards, replicas int) (topology.Observation, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[conn.Cluster]++
-	f.conns[conn.Cluster] = conn
-	byShard := map[int][]string{}
-	for _, m := range members {
-		byShard[m.Shard] = append(byShard[m.Shard], m.Name)
-	}
-	var obs topology.Observation
-	for _, names := range byShard {
-		sort.Strings(names)
-		for i, n := range names {
-			role := "replica"
-			if i == 0 {
-				role = "primary"
-			}
-			obs.Nodes = append(obs.Nodes, topology.NodeState{Name: n, Reachable: true, ID: "id-" + n, Role: role})
-		}
-	}
-	switch {
-	case !f.formed[conn.Cluster]:
-		obs.Problems = append(obs.Problems, "fake: not bootstrapped")
-	case f.blocked[conn.Cluster]:
-		obs.Problems = append(obs.Problems, "fake: blocked by the test")
-	}
-	if len(byShard) != shards {
-		obs.Problems = append(obs.Problems, fmt.Sprintf("fake: %d shards, want %d", len(byShard), shards))
-	}
-	for s, names := range byShard {
-		if len(names)-1 < replicas {
-			obs.Problems = append(obs.Problems, fmt.Sprintf("fake: shard %d has %d replicas", s, len(names)-1))
-		}
-	}
-	return obs, nil
-}
-
-func (f *fakeValkey) Release(types.NamespacedName) {}
 
 // ---- helpers --------------------------------------------------------------------------
 
@@ -429,16 +245,8 @@ func waitState(t *testing.T, key types.NamespacedName, state string) views.Statu
 }
 
 func pollUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if cond() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(tick)
-	}
+	err := wait.PollUntilContextTimeout(context.Background(), tick, d, true, func(context.Context) (bool, error) { return cond(), nil })
+	return err == nil
 }
 
 func listNodes(t *testing.T, key types.NamespacedName) []views.Node {

@@ -65,7 +65,7 @@ func TestWatchMapping(t *testing.T) {
 		cluster("ns2", "uses-other", "other", "tls-1", "writer", "reader"),
 		cluster("ns2", "missing-cfg", "not-yet", ""),
 	).Build()
-	r := New(c, Options{Valkey: nil})
+	r := New(c, nil, Options{Valkey: nil})
 	ctx := context.Background()
 
 	names := func(reqs []reconcile.Request) []string {

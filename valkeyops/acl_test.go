@@ -98,7 +98,7 @@ func withUser(s ACLSpec, u ACLUser) ACLSpec {
 }
 
 func TestNewAdminRequiresPassword(t *testing.T) {
-	_, err := NewAdmin(Options{Username: OperatorUser})
+	_, err := NewAdmin(Options{Credentials: Credentials{Username: OperatorUser}})
 	assert.ErrorIs(t, err, ErrAuthRequired)
 	var op *OpError
 	assert.ErrorAs(t, err, &op)

@@ -19,11 +19,11 @@ type Node struct {
 	Shard int    // desired shard index from the ValkeyNode spec
 }
 
-// Options for the admin connection pool. Auth is mandatory (error if Password is empty).
+// Options for the admin connection pool. Auth is mandatory (error if Credentials.Password is
+// empty).
 type Options struct {
-	Username string      // the operator's ACL user, "operator"
-	Password string      // never logged
-	TLS      *tls.Config // nil = plaintext; non-nil = TLS with CA verification
+	// Credentials say how to connect: user, password and, with a CA, TLS.
+	Credentials Credentials
 	// Remap turns an address a node announces into one this process can dial (nil = identity).
 	Remap func(announced string) string
 	// DialTimeout bounds connecting to one node (default 3s).
@@ -45,14 +45,20 @@ type Options struct {
 // for concurrent use.
 type Admin struct {
 	opts    Options
+	tls     *tls.Config // from opts.Credentials; nil = plaintext
 	mu      sync.Mutex
 	clients map[string]valkey.Client
+	closed  bool
 }
 
 // NewAdmin validates opts; connections are opened lazily, one per address.
 func NewAdmin(opts Options) (*Admin, error) {
-	if opts.Password == "" {
+	if opts.Credentials.Password == "" {
 		return nil, opErr("", "new-admin", ErrAuthRequired)
+	}
+	tlsCfg, err := opts.Credentials.TLSConfig()
+	if err != nil {
+		return nil, opErr("", "new-admin", fmt.Errorf("%w: %v", ErrInvalidSpec, err))
 	}
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 3 * time.Second
@@ -66,13 +72,14 @@ func NewAdmin(opts Options) (*Admin, error) {
 	if opts.AtomicRetries <= 0 {
 		opts.AtomicRetries = 3
 	}
-	return &Admin{opts: opts, clients: map[string]valkey.Client{}}, nil
+	return &Admin{opts: opts, tls: tlsCfg, clients: map[string]valkey.Client{}}, nil
 }
 
-// Close drops every connection.
+// Close drops every connection; later operations fail with ErrUnreachable instead of dialing.
 func (a *Admin) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.closed = true
 	for k, c := range a.clients {
 		c.Close()
 		delete(a.clients, k)
@@ -84,18 +91,22 @@ func (a *Admin) Close() {
 func (a *Admin) client(addr string) (valkey.Client, error) {
 	a.mu.Lock()
 	c, ok := a.clients[addr]
+	closed := a.closed
 	a.mu.Unlock()
+	if closed {
+		return nil, errAdminClosed
+	}
 	if ok {
 		return c, nil
 	}
 	var tlsCfg *tls.Config
-	if a.opts.TLS != nil {
-		tlsCfg = a.opts.TLS.Clone()
+	if a.tls != nil {
+		tlsCfg = a.tls.Clone()
 	}
 	c, err := valkey.NewClient(valkey.ClientOption{
 		InitAddress:       []string{a.remap(addr)},
-		Username:          a.opts.Username,
-		Password:          a.opts.Password,
+		Username:          a.opts.Credentials.Username,
+		Password:          a.opts.Credentials.Password,
 		TLSConfig:         tlsCfg,
 		ForceSingleClient: true,
 		DisableCache:      true,
@@ -109,6 +120,10 @@ func (a *Admin) client(addr string) (valkey.Client, error) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed {
+		c.Close()
+		return nil, errAdminClosed
+	}
 	if old, ok := a.clients[addr]; ok {
 		c.Close()
 		return old, nil

@@ -41,7 +41,7 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
 	// Replication credentials first: a replica attached below must authenticate as the
 	// operator's user (auth is always on).
 	if err := parallel(nodes, func(n Node) error {
-		_, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", a.opts.Username, "masterauth", a.opts.Password)
+		_, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", a.opts.Credentials.Username, "masterauth", a.opts.Credentials.Password)
 		return err
 	}); err != nil {
 		return err
@@ -394,7 +394,7 @@ func (a *Admin) attachReplica(ctx context.Context, n, primary Node, primaryID st
 	if len(st.Slots) > 0 {
 		return opErr(n.Name, "replicate", fmt.Errorf("%w: node owns slots %s", ErrUnsafe, FormatRanges(st.Slots)))
 	}
-	if _, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", a.opts.Username, "masterauth", a.opts.Password); err != nil {
+	if _, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", a.opts.Credentials.Username, "masterauth", a.opts.Credentials.Password); err != nil {
 		return err
 	}
 	_, err = a.cmd(ctx, n, "replicate", "CLUSTER", "REPLICATE", primaryID)

@@ -21,16 +21,9 @@ const failoverTimeout = 30 * time.Second
 // the replica reports itself primary and the old primary reports itself its replica. If the
 // named node is already a replica, nothing is done. ErrNoInSyncReplica when no replica qualifies.
 func (a *Admin) Failover(ctx context.Context, nodes []Node, primaryName string) error {
-	snap, err := a.Observe(ctx, nodes)
+	snap, p, err := a.observeReachable(ctx, nodes, primaryName, "failover")
 	if err != nil {
 		return err
-	}
-	p := snap.ByName(primaryName)
-	if p == nil {
-		return opErr(primaryName, "failover", fmt.Errorf("%w: node not in the given set", ErrInvalidSpec))
-	}
-	if !p.Reachable {
-		return opErr(primaryName, "failover", fmt.Errorf("%w: %v", ErrUnreachable, p.Err))
 	}
 	if p.Role != RolePrimary {
 		return nil
@@ -174,13 +167,9 @@ func (a *Admin) Replicate(ctx context.Context, nodes []Node, replicaName string,
 // node forgets its ID. It refuses a primary that still owns slots. The caller deletes the pod
 // afterwards.
 func (a *Admin) RemoveNode(ctx context.Context, nodes []Node, name string) error {
-	snap, err := a.Observe(ctx, nodes)
+	_, r, err := a.observeNamed(ctx, nodes, name, "remove-node")
 	if err != nil {
 		return err
-	}
-	r := snap.ByName(name)
-	if r == nil {
-		return opErr(name, "remove-node", fmt.Errorf("%w: node not in the given set", ErrInvalidSpec))
 	}
 	var rest []Node
 	for _, n := range nodes {
@@ -208,4 +197,53 @@ func reachableOnly(snap *Snapshot) *Snapshot {
 		}
 	}
 	return out
+}
+
+// observeNamed observes nodes and returns the state of node `name` too, refusing (as step) a
+// name that is not among nodes.
+func (a *Admin) observeNamed(ctx context.Context, nodes []Node, name, step string) (*Snapshot, *NodeState, error) {
+	snap, err := a.Observe(ctx, nodes)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := snap.ByName(name)
+	if st == nil {
+		return nil, nil, opErr(name, step, fmt.Errorf("%w: node not in the given set", ErrInvalidSpec))
+	}
+	return snap, st, nil
+}
+
+// observeReachable is observeNamed for an operation that needs node `name` to answer.
+func (a *Admin) observeReachable(ctx context.Context, nodes []Node, name, step string) (*Snapshot, *NodeState, error) {
+	snap, st, err := a.observeNamed(ctx, nodes, name, step)
+	if err == nil && !st.Reachable {
+		err = opErr(name, step, fmt.Errorf("%w: %v", ErrUnreachable, st.Err))
+	}
+	return snap, st, err
+}
+
+// Takeover promotes replica `replicaName` with CLUSTER FAILOVER TAKEOVER and waits until it
+// reports itself primary. TAKEOVER needs no vote and no reachable primary, so it is only for
+// a primary that is gone for good when the surviving primaries are too few to elect a
+// replica themselves (a majority of the slot-holding primaries must vote); while a majority
+// can still elect, Valkey's own failover is the safe path and this must not race it. A node
+// that is already primary is left alone.
+func (a *Admin) Takeover(ctx context.Context, nodes []Node, replicaName string) error {
+	_, r, err := a.observeReachable(ctx, nodes, replicaName, "takeover")
+	if err != nil {
+		return err
+	}
+	if r.Role == RolePrimary {
+		return nil
+	}
+	if _, err := a.cmd(ctx, r.Node, "takeover", "CLUSTER", "FAILOVER", "TAKEOVER"); err != nil {
+		return err
+	}
+	return a.waitFor(ctx, "takeover-wait", failoverTimeout, func() (bool, error) {
+		st := a.observeOne(ctx, r.Node)
+		if st.Role == RolePrimary {
+			return true, nil
+		}
+		return false, fmt.Errorf("%s still %s", replicaName, st.Role)
+	})
 }

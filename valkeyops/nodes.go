@@ -127,30 +127,10 @@ func parseClusterNodeLine(line string) (ClusterNode, error) {
 	}
 	for _, s := range f[8:] {
 		if strings.HasPrefix(s, "[") {
-			inner := strings.Trim(s, "[]")
-			if slot, dst, ok := strings.Cut(inner, "->-"); ok {
-				v, err := strconv.Atoi(slot)
-				if err != nil {
-					return ClusterNode{}, fmt.Errorf("bad migrating slot %q", s)
-				}
-				if n.Migrating == nil {
-					n.Migrating = map[int]string{}
-				}
-				n.Migrating[v] = dst
-				continue
+			if err := n.parseOpenSlot(s); err != nil {
+				return ClusterNode{}, err
 			}
-			if slot, src, ok := strings.Cut(inner, "-<-"); ok {
-				v, err := strconv.Atoi(slot)
-				if err != nil {
-					return ClusterNode{}, fmt.Errorf("bad importing slot %q", s)
-				}
-				if n.Importing == nil {
-					n.Importing = map[int]string{}
-				}
-				n.Importing[v] = src
-				continue
-			}
-			return ClusterNode{}, fmt.Errorf("bad slot state %q", s)
+			continue
 		}
 		a, b, isRange := strings.Cut(s, "-")
 		start, err := strconv.Atoi(a)
@@ -166,4 +146,32 @@ func parseClusterNodeLine(line string) (ClusterNode, error) {
 		n.Slots = append(n.Slots, SlotRange{start, end})
 	}
 	return n, nil
+}
+
+// parseOpenSlot records an open-slot field of CLUSTER NODES: "[slot->-dstID]" (migrating) or
+// "[slot-<-srcID]" (importing).
+func (n *ClusterNode) parseOpenSlot(field string) error {
+	inner := strings.Trim(field, "[]")
+	for _, o := range []struct {
+		sep, what string
+		into      *map[int]string
+	}{
+		{"->-", "migrating", &n.Migrating},
+		{"-<-", "importing", &n.Importing},
+	} {
+		slot, peer, ok := strings.Cut(inner, o.sep)
+		if !ok {
+			continue
+		}
+		v, err := strconv.Atoi(slot)
+		if err != nil {
+			return fmt.Errorf("bad %s slot %q", o.what, field)
+		}
+		if *o.into == nil {
+			*o.into = map[int]string{}
+		}
+		(*o.into)[v] = peer
+		return nil
+	}
+	return fmt.Errorf("bad slot state %q", field)
 }

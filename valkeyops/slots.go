@@ -91,3 +91,23 @@ func FormatRanges(rs []SlotRange) string {
 	}
 	return strings.Join(parts, " ")
 }
+
+func slotSet(rs []SlotRange) map[int]bool {
+	out := make(map[int]bool, CountSlots(rs))
+	for _, r := range rs {
+		for s := r.Start; s <= r.End; s++ {
+			out[s] = true
+		}
+	}
+	return out
+}
+
+func ownsAny(rs []SlotRange, slots []int) bool {
+	set := slotSet(rs)
+	for _, s := range slots {
+		if set[s] {
+			return true
+		}
+	}
+	return false
+}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler"
-	"github.com/gomomento/valkey-operator/reconciler/valkeyadapter"
+	"github.com/gomomento/valkey-operator/valkeyops"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -38,7 +38,8 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		probeAddr       = fs.String("health-probe-bind-address", ":8081", "healthz/readyz bind address (0 disables)")
 		syncPeriod      = fs.Duration("sync-period", 10*time.Hour, "informer resync period")
 		recheck         = fs.Duration("recheck-interval", reconciler.DefaultRecheckInterval, "re-check interval for Creating/Invalid clusters")
-		poll            = fs.Duration("poll-interval", reconciler.DefaultPollInterval, "bootstrap progress poll interval")
+		poll            = fs.Duration("poll-interval", reconciler.DefaultPollInterval, "progress poll interval while the operator acts on a cluster")
+		activePeriod    = fs.Duration("active-period", reconciler.DefaultActivePeriod, "how often a converged Active cluster is observed without any event")
 		shutdownTimeout = fs.Duration("shutdown-timeout", 30*time.Second, "how long to wait for reconciles to finish on stop")
 	)
 	config.RegisterFlags(fs)
@@ -54,8 +55,9 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 	if err != nil {
 		return fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	adapter := valkeyadapter.New(ctrl.Log.WithName("valkeyops"), nil)
-	defer adapter.Close()
+	vlog := ctrl.Log.WithName("valkeyops")
+	pool := valkeyops.NewPool(nil, func(format string, args ...any) { vlog.V(1).Info(fmt.Sprintf(format, args...)) })
+	defer pool.Close()
 
 	mgr, _, err := reconciler.NewManager(ctx, cfg, reconciler.ManagerConfig{
 		Namespace:        *namespace,
@@ -66,7 +68,8 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		SyncPeriod:       *syncPeriod,
 		RecheckInterval:  *recheck,
 		PollInterval:     *poll,
-		Valkey:           adapter,
+		ActivePeriod:     *activePeriod,
+		Valkey:           reconciler.PoolValkey{Pool: pool},
 
 		GracefulShutdownTimeout: *shutdownTimeout,
 	})

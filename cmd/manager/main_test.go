@@ -1,3 +1,5 @@
+//go:build envtest
+
 package main
 
 import (
@@ -15,6 +17,8 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/internal/testenv"
 	"github.com/gomomento/valkey-operator/reconciler/settings"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -37,8 +41,9 @@ var (
 func TestMain(m *testing.M) { os.Exit(suite(m)) }
 
 func suite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: point it at bin/controlplane")
+	assets := testenv.AssetsDir()
+	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
+		fmt.Fprintf(os.Stderr, "no control plane in %s (make controlplane, or set KUBEBUILDER_ASSETS): %v\n", assets, err)
 		return 1
 	}
 	defs, err := crds.Definitions()
@@ -46,7 +51,7 @@ func suite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{CRDs: defs}
+	env := &envtest.Environment{CRDs: defs, BinaryAssetsDirectory: assets}
 	cfg, err = env.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "envtest:", err)
@@ -102,6 +107,22 @@ func freeAddr(t *testing.T) string {
 
 func getConfig() (*rest.Config, error) { return rest.CopyConfig(cfg), nil }
 
+// httpOK is a poll condition: GET url answers 200.
+func httpOK(url string) poll.Condition {
+	return func(ctx context.Context) (bool, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false, "", err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	}
+}
+
 // TestInvalidSettingsStopStartup: an invalid defaultZoneSpread makes run return a clear,
 // typed error before anything starts.
 func TestInvalidSettingsStopStartup(t *testing.T) {
@@ -127,20 +148,15 @@ func TestStartServeStop(t *testing.T) {
 			"--leader-election-id", "lease-in-process"}, getConfig)
 	}()
 	for _, url := range []string{"http://" + probes + "/healthz", "http://" + probes + "/readyz", "http://" + metrics + "/metrics"} {
-		require.Eventually(t, func() bool {
-			resp, err := http.Get(url)
-			if err != nil {
-				return false
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK
-		}, 30*time.Second, 100*time.Millisecond, url)
+		require.NoError(t, poll.Until(ctx, 100*time.Millisecond, 30*time.Second, url+" answers 200", httpOK(url)))
 	}
 	lease := &coordinationv1.Lease{}
-	require.Eventually(t, func() bool {
-		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "lease-in-process"}, lease)
-		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != ""
-	}, 30*time.Second, 100*time.Millisecond, "leader lease acquired")
+	require.NoError(t, poll.Until(ctx, 100*time.Millisecond, 30*time.Second, "leader lease acquired", func(ctx context.Context) (bool, string, error) {
+		if err := k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "lease-in-process"}, lease); err != nil {
+			return false, err.Error(), nil
+		}
+		return lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", "no holder", nil
+	}))
 
 	cancel()
 	select {
@@ -168,14 +184,8 @@ func TestSIGTERM(t *testing.T) {
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	require.NoError(t, cmd.Start())
-	require.Eventually(t, func() bool {
-		resp, err := http.Get("http://" + probes + "/readyz")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 30*time.Second, 100*time.Millisecond, "ready; stderr:\n%s", &stderr)
+	err = poll.Until(context.Background(), 100*time.Millisecond, 30*time.Second, "ready", httpOK("http://"+probes+"/readyz"))
+	require.NoError(t, err, "stderr:\n%s", &stderr)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	waited := make(chan error, 1)

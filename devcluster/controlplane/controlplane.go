@@ -20,8 +20,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
-	"github.com/gomomento/valkey-operator/devcluster/pki"
 	"github.com/gomomento/valkey-operator/devcluster/proc"
+	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/internal/testcerts"
 )
 
 // Users the certificates name. The nodes' user gets its rights from a
@@ -74,11 +75,11 @@ type NodeFiles struct {
 // Prepare writes certificates, keys and kubeconfigs (kept across runs).
 func Prepare(cfg Config) (NodeFiles, error) {
 	dir := cfg.PKIDir()
-	ca, err := pki.LoadOrCreateCA(dir, "valkey-operator-devcluster-ca")
+	ca, err := testcerts.LoadOrCreateCA(dir, "valkey-operator-devcluster-ca")
 	if err != nil {
 		return NodeFiles{}, err
 	}
-	if err := pki.EnsureServiceAccountKey(dir); err != nil {
+	if err := testcerts.EnsureServiceAccountKey(dir); err != nil {
 		return NodeFiles{}, err
 	}
 	loopback := []net.IP{net.ParseIP("127.0.0.1")}
@@ -86,7 +87,7 @@ func Prepare(cfg Config) (NodeFiles, error) {
 	if cfg.AdvertiseIP != nil {
 		apiIPs = append(apiIPs, cfg.AdvertiseIP)
 	}
-	leaves := map[string]pki.Leaf{
+	leaves := map[string]testcerts.Leaf{
 		"etcd":               {CommonName: "etcd", DNSNames: []string{"localhost"}, IPs: loopback, Server: true, Client: true},
 		"apiserver-etcd":     {CommonName: "kube-apiserver-etcd-client", Client: true},
 		"apiserver":          {CommonName: "kube-apiserver", DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}, IPs: apiIPs, Server: true},
@@ -97,7 +98,7 @@ func Prepare(cfg Config) (NodeFiles, error) {
 		"nodes":              {CommonName: NodesUser, Client: true},
 		"kubelet-serving":    {CommonName: "devcluster-kubelet", DNSNames: []string{"localhost"}, IPs: loopback, Server: true},
 	}
-	pairs := map[string]pki.Pair{}
+	pairs := map[string]testcerts.Pair{}
 	for name, leaf := range leaves {
 		p, err := ca.LoadOrIssue(dir, name, leaf)
 		if err != nil {
@@ -121,7 +122,7 @@ func Prepare(cfg Config) (NodeFiles, error) {
 	}, nil
 }
 
-func writeKubeconfig(path, server string, caPEM []byte, p pki.Pair, user string) error {
+func writeKubeconfig(path, server string, caPEM []byte, p testcerts.Pair, user string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -245,35 +246,27 @@ func (cp *ControlPlane) WaitReady(ctx context.Context, timeout time.Duration) er
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	url := cp.Config.serverURL() + "/readyz"
-	var last string
-	for {
+	err = poll.Until(ctx, 100*time.Millisecond, timeout, "kube-apiserver ready", func(ctx context.Context) (bool, string, error) {
 		for _, p := range cp.procs {
 			select {
 			case <-p.Exited():
-				return p.ExitError()
+				return false, "", p.ExitError()
 			default:
 			}
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := hc.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
-			last = err.Error()
+		if err != nil {
+			return false, err.Error(), nil
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready after %s (last: %s); log tail:\n%s", timeout, last, proc.Tail(cp.Config.LogFile("kube-apiserver"), 15))
-		case <-time.After(100 * time.Millisecond):
-		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w; log tail:\n%s", err, proc.Tail(cp.Config.LogFile("kube-apiserver"), 15))
 	}
+	return nil
 }
 
 func (cp *ControlPlane) adminHTTPClient() (*http.Client, error) {

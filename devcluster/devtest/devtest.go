@@ -18,9 +18,7 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +29,8 @@ import (
 
 	"github.com/gomomento/valkey-operator/devcluster"
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/devcluster/proc"
+	"github.com/gomomento/valkey-operator/internal/kubectl"
 )
 
 // Env is a usable cluster.
@@ -180,28 +180,19 @@ func Shared(t testing.TB) *Env {
 	return sharedEnv
 }
 
-// Kubectl runs the real kubectl against the cluster and returns its stdout.
+// Kubectl runs the real kubectl against the cluster and returns its stdout, failing t on
+// error.
 func (e *Env) Kubectl(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := e.KubectlErr(args...)
+	out, err := e.KubectlRunner().Run(context.Background(), args...)
 	if err != nil {
-		t.Fatalf("kubectl %s: %v", strings.Join(args, " "), err)
+		t.Fatal(err)
 	}
 	return out
 }
 
-// KubectlErr is Kubectl returning the error (with stderr) instead.
-func (e *Env) KubectlErr(args ...string) (string, error) {
-	cmd := exec.Command("kubectl", args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.Kubeconfig)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), fmt.Errorf("%w: %s", err, stderr.String())
-	}
-	return string(out), nil
-}
+// KubectlRunner is the real kubectl bound to the cluster, every call under a timeout.
+func (e *Env) KubectlRunner() kubectl.Runner { return kubectl.Runner{Kubeconfig: e.Kubeconfig} }
 
 // ContainerFilter selects this cluster's Docker containers.
 func (e *Env) ContainerFilter() map[string]map[string]bool {
@@ -241,14 +232,6 @@ func randomHex(n int) string {
 func logTails(t testing.TB, stateDir string) {
 	logs, _ := filepath.Glob(filepath.Join(stateDir, "logs", "*.log"))
 	for _, l := range logs {
-		b, err := os.ReadFile(l)
-		if err != nil {
-			continue
-		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-		if len(lines) > 20 {
-			lines = lines[len(lines)-20:]
-		}
-		t.Logf("--- %s (last %d lines)\n%s", filepath.Base(l), len(lines), strings.Join(lines, "\n"))
+		t.Logf("--- %s (last lines)\n%s", filepath.Base(l), proc.Tail(l, 20))
 	}
 }

@@ -15,6 +15,8 @@ import (
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+
+	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
 // Labels on every container and network a dev cluster creates.
@@ -143,17 +145,15 @@ func RemoveAll(ctx context.Context, cli *client.Client, instance string) error {
 	}
 	for _, n := range nets.Items {
 		// A container removal can take a moment to release its endpoint.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		err := poll.Until(ctx, 200*time.Millisecond, 10*time.Second, "remove network "+n.Name, func(ctx context.Context) (bool, string, error) {
 			_, err := cli.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{})
 			if err == nil || cerrdefs.IsNotFound(err) {
-				break
+				return true, "", nil
 			}
-			if time.Now().After(deadline) {
-				errs = append(errs, fmt.Errorf("remove network %s: %w", n.Name, err))
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
+			return false, err.Error(), nil
+		})
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

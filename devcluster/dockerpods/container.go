@@ -205,16 +205,24 @@ type security struct {
 // way Kubernetes does (the container's fields win).
 func effectiveSecurity(pod *corev1.Pod, c *corev1.Container) security {
 	s := security{uid: -1, gid: -1, fsGroup: -1}
+	seccompUnconfined := false
+	// identity applies the fields both levels have; the container's call comes second.
+	identity := func(user, group *int64, nonRoot *bool, seccomp *corev1.SeccompProfile) {
+		if user != nil {
+			s.uid = *user
+		}
+		if group != nil {
+			s.gid = *group
+		}
+		if nonRoot != nil {
+			s.runAsNonRoot = *nonRoot
+		}
+		if seccomp != nil {
+			seccompUnconfined = seccomp.Type == corev1.SeccompProfileTypeUnconfined
+		}
+	}
 	if psc := pod.Spec.SecurityContext; psc != nil {
-		if psc.RunAsUser != nil {
-			s.uid = *psc.RunAsUser
-		}
-		if psc.RunAsGroup != nil {
-			s.gid = *psc.RunAsGroup
-		}
-		if psc.RunAsNonRoot != nil {
-			s.runAsNonRoot = *psc.RunAsNonRoot
-		}
+		identity(psc.RunAsUser, psc.RunAsGroup, psc.RunAsNonRoot, psc.SeccompProfile)
 		if psc.FSGroup != nil {
 			s.fsGroup = *psc.FSGroup
 			s.groupAdd = append(s.groupAdd, strconv.FormatInt(*psc.FSGroup, 10))
@@ -222,20 +230,9 @@ func effectiveSecurity(pod *corev1.Pod, c *corev1.Container) security {
 		for _, g := range psc.SupplementalGroups {
 			s.groupAdd = append(s.groupAdd, strconv.FormatInt(g, 10))
 		}
-		if psc.SeccompProfile != nil && psc.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined {
-			s.securityOpt = append(s.securityOpt, "seccomp=unconfined")
-		}
 	}
 	if csc := c.SecurityContext; csc != nil {
-		if csc.RunAsUser != nil {
-			s.uid = *csc.RunAsUser
-		}
-		if csc.RunAsGroup != nil {
-			s.gid = *csc.RunAsGroup
-		}
-		if csc.RunAsNonRoot != nil {
-			s.runAsNonRoot = *csc.RunAsNonRoot
-		}
+		identity(csc.RunAsUser, csc.RunAsGroup, csc.RunAsNonRoot, csc.SeccompProfile)
 		if csc.Capabilities != nil {
 			for _, c := range csc.Capabilities.Add {
 				s.capAdd = append(s.capAdd, string(c))
@@ -253,9 +250,9 @@ func effectiveSecurity(pod *corev1.Pod, c *corev1.Container) security {
 		if csc.AllowPrivilegeEscalation != nil && !*csc.AllowPrivilegeEscalation {
 			s.securityOpt = append(s.securityOpt, "no-new-privileges")
 		}
-		if csc.SeccompProfile != nil && csc.SeccompProfile.Type == corev1.SeccompProfileTypeUnconfined {
-			s.securityOpt = append(s.securityOpt, "seccomp=unconfined")
-		}
+	}
+	if seccompUnconfined {
+		s.securityOpt = append(s.securityOpt, "seccomp=unconfined")
 	}
 	if s.uid >= 0 {
 		s.user = strconv.FormatInt(s.uid, 10)

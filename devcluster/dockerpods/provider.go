@@ -25,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	corev1listers "k8s.io/client-go/listers/core/v1"
 
@@ -77,20 +78,13 @@ func (p *Provider) Run(ctx context.Context) {
 	if period <= 0 {
 		period = time.Second
 	}
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		for _, st := range p.snapshot() {
 			if err := p.syncVolumes(ctx, st); err != nil {
 				log.G(ctx).WithField("pod", st.key).WithError(err).Warn("volume resync failed")
 			}
 		}
-	}
+	}, period)
 }
 
 func (p *Provider) snapshot() []*podState {

@@ -13,7 +13,6 @@ import (
 
 	authv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gomomento/valkey-operator/devcluster/atomicdir"
@@ -203,12 +202,9 @@ func keyFiles(data map[string][]byte, items []corev1.KeyToPath, defMode *int32, 
 }
 
 func configMapFiles(lk lookup, ns, name string, items []corev1.KeyToPath, defMode *int32, optional *bool) ([]atomicdir.File, error) {
-	cm, err := lk.ConfigMap(ns, name)
-	if err != nil {
-		if apierrors.IsNotFound(err) && optional != nil && *optional {
-			return []atomicdir.File{}, nil
-		}
-		return nil, fmt.Errorf("configMap %s: %w", name, err)
+	cm, found, err := podenv.Fetch(lk.ConfigMap, ns, "configMap", name, optional)
+	if !found {
+		return []atomicdir.File{}, err // an optional, missing source is an empty volume
 	}
 	data := map[string][]byte{}
 	for k, v := range cm.Data {
@@ -221,12 +217,9 @@ func configMapFiles(lk lookup, ns, name string, items []corev1.KeyToPath, defMod
 }
 
 func secretFiles(lk lookup, ns, name string, items []corev1.KeyToPath, defMode *int32, optional *bool) ([]atomicdir.File, error) {
-	s, err := lk.Secret(ns, name)
-	if err != nil {
-		if apierrors.IsNotFound(err) && optional != nil && *optional {
-			return []atomicdir.File{}, nil
-		}
-		return nil, fmt.Errorf("secret %s: %w", name, err)
+	s, found, err := podenv.Fetch(lk.Secret, ns, "secret", name, optional)
+	if !found {
+		return []atomicdir.File{}, err
 	}
 	return keyFiles(s.Data, items, defMode, "secret "+name)
 }

@@ -92,21 +92,15 @@ func Resolve(pod *corev1.Pod, c *corev1.Container, facts Facts, lookup Lookup) (
 func envFromData(ns string, from corev1.EnvFromSource, lookup Lookup) (map[string]string, error) {
 	switch {
 	case from.ConfigMapRef != nil:
-		cm, err := lookup.ConfigMap(ns, from.ConfigMapRef.Name)
-		if err != nil {
-			if optional(from.ConfigMapRef.Optional) && apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("envFrom configMap %s: %w", from.ConfigMapRef.Name, err)
+		cm, found, err := Fetch(lookup.ConfigMap, ns, "envFrom configMap", from.ConfigMapRef.Name, from.ConfigMapRef.Optional)
+		if !found {
+			return nil, err
 		}
 		return cm.Data, nil
 	case from.SecretRef != nil:
-		s, err := lookup.Secret(ns, from.SecretRef.Name)
-		if err != nil {
-			if optional(from.SecretRef.Optional) && apierrors.IsNotFound(err) {
-				return nil, nil
-			}
-			return nil, fmt.Errorf("envFrom secret %s: %w", from.SecretRef.Name, err)
+		s, found, err := Fetch(lookup.Secret, ns, "envFrom secret", from.SecretRef.Name, from.SecretRef.Optional)
+		if !found {
+			return nil, err
 		}
 		out := make(map[string]string, len(s.Data))
 		for k, v := range s.Data {
@@ -117,6 +111,43 @@ func envFromData(ns string, from corev1.EnvFromSource, lookup Lookup) (map[strin
 	return nil, nil
 }
 
+// Fetch gets the ConfigMap or Secret (what) namespace/name through get. found=false with a
+// nil error means it is missing and the reference marks it optional: the caller leaves it
+// out, as a kubelet does.
+func Fetch[T any](get func(namespace, name string) (T, error), namespace, what, name string, opt *bool) (obj T, found bool, err error) {
+	obj, err = get(namespace, name)
+	switch {
+	case err == nil:
+		return obj, true, nil
+	case optional(opt) && apierrors.IsNotFound(err):
+		return obj, false, nil
+	default:
+		return obj, false, fmt.Errorf("%s %s: %w", what, name, err)
+	}
+}
+
+// keyValue reads one key of a ConfigMap or Secret (what) for an env entry; ok=false means
+// the object or the key is missing and the reference is optional.
+func keyValue[T any, V string | []byte](get func(namespace, name string) (T, error), data func(T) map[string]V,
+	namespace, what, name, key string, opt *bool) (string, bool, error) {
+	obj, found, err := Fetch(get, namespace, what, name, opt)
+	if !found {
+		return "", false, err
+	}
+	v, ok := data(obj)[key]
+	switch {
+	case ok:
+		return string(v), true, nil
+	case optional(opt):
+		return "", false, nil
+	default:
+		return "", false, fmt.Errorf("%s %s has no key %q", what, name, key)
+	}
+}
+
+func secretData(s *corev1.Secret) map[string][]byte        { return s.Data }
+func configMapData(cm *corev1.ConfigMap) map[string]string { return cm.Data }
+
 // valueFrom returns the value of one env source; ok=false means an optional
 // reference was missing and the variable is left unset.
 func valueFrom(pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource, facts Facts, lookup Lookup) (string, bool, error) {
@@ -125,39 +156,11 @@ func valueFrom(pod *corev1.Pod, c *corev1.Container, src *corev1.EnvVarSource, f
 		v, err := FieldValue(pod, src.FieldRef.FieldPath, facts)
 		return v, err == nil, err
 	case src.SecretKeyRef != nil:
-		ref := src.SecretKeyRef
-		s, err := lookup.Secret(pod.Namespace, ref.Name)
-		if err != nil {
-			if optional(ref.Optional) && apierrors.IsNotFound(err) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("secret %s: %w", ref.Name, err)
-		}
-		v, ok := s.Data[ref.Key]
-		if !ok {
-			if optional(ref.Optional) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("secret %s has no key %q", ref.Name, ref.Key)
-		}
-		return string(v), true, nil
+		r := src.SecretKeyRef
+		return keyValue(lookup.Secret, secretData, pod.Namespace, "secret", r.Name, r.Key, r.Optional)
 	case src.ConfigMapKeyRef != nil:
-		ref := src.ConfigMapKeyRef
-		cm, err := lookup.ConfigMap(pod.Namespace, ref.Name)
-		if err != nil {
-			if optional(ref.Optional) && apierrors.IsNotFound(err) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("configMap %s: %w", ref.Name, err)
-		}
-		v, ok := cm.Data[ref.Key]
-		if !ok {
-			if optional(ref.Optional) {
-				return "", false, nil
-			}
-			return "", false, fmt.Errorf("configMap %s has no key %q", ref.Name, ref.Key)
-		}
-		return v, true, nil
+		r := src.ConfigMapKeyRef
+		return keyValue(lookup.ConfigMap, configMapData, pod.Namespace, "configMap", r.Name, r.Key, r.Optional)
 	case src.ResourceFieldRef != nil:
 		return resourceValue(c, src.ResourceFieldRef)
 	}

@@ -86,11 +86,38 @@ func TestResolveErrors(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
 	lk := fakeLookup{secrets: map[string]*corev1.Secret{"auth": {Data: map[string][]byte{}}}}
 	for name, env := range map[string]corev1.EnvVar{
-		"missing secret": {Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "k"}}},
-		"missing key":    {Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "auth"}, Key: "k"}}},
-		"bad fieldRef":   {Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nope"}}},
+		"missing secret":    {Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "k"}}},
+		"missing key":       {Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "auth"}, Key: "k"}}},
+		"bad fieldRef":      {Name: "X", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nope"}}},
+		"missing configMap": {Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "nope"}, Key: "k"}}},
 	} {
 		_, err := Resolve(pod, &corev1.Container{Env: []corev1.EnvVar{env}}, Facts{}, lk)
 		assert.Error(t, err, name)
 	}
+}
+
+// An optional reference leaves the variable unset whether the object or only the key is
+// missing; the messages of required ones name the object and the key.
+func TestResolveOptionalAndMessages(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	lk := fakeLookup{
+		cms:     map[string]*corev1.ConfigMap{"cfg": {Data: map[string]string{"a": "1"}}},
+		secrets: map[string]*corev1.Secret{"auth": {Data: map[string][]byte{}}},
+	}
+	yes := true
+	cmKey := func(name, key string, opt *bool) corev1.EnvVar {
+		return corev1.EnvVar{Name: "X", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: name}, Key: key, Optional: opt}}}
+	}
+	res, err := Resolve(pod, &corev1.Container{
+		Env:     []corev1.EnvVar{cmKey("cfg", "nokey", &yes), cmKey("gone", "a", &yes)},
+		EnvFrom: []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "gone"}, Optional: &yes}}},
+	}, Facts{}, lk)
+	require.NoError(t, err)
+	assert.Empty(t, res.Env)
+
+	_, err = Resolve(pod, &corev1.Container{Env: []corev1.EnvVar{cmKey("cfg", "nokey", nil)}}, Facts{}, lk)
+	assert.EqualError(t, err, `env X: configMap cfg has no key "nokey"`)
+	_, err = Resolve(pod, &corev1.Container{EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "gone"}}}}}, Facts{}, lk)
+	assert.ErrorContains(t, err, "envFrom configMap gone: ")
 }

@@ -4,6 +4,7 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
 // Process is a started child.
@@ -136,21 +139,19 @@ func StopPidFile(pidFile, exeHint string, grace time.Duration) error {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return err
 	}
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if _, ok := Running(pidFile, exeHint); !ok {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	gone := func(context.Context) (bool, string, error) {
+		_, running := Running(pidFile, exeHint)
+		return !running, "still running", nil
+	}
+	ctx := context.Background()
+	if poll.Until(ctx, 50*time.Millisecond, grace, "exit after SIGTERM", gone) == nil {
+		return nil
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 100; i++ {
-		if _, ok := Running(pidFile, exeHint); !ok {
-			return nil
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := poll.Until(ctx, 50*time.Millisecond, 5*time.Second, "exit after SIGKILL", gone); err != nil {
+		return fmt.Errorf("process %d (%s): %w", pid, exeHint, err)
 	}
-	return fmt.Errorf("process %d (%s) did not exit", pid, exeHint)
+	return nil
 }
 
 // Tail returns the last n lines of a file.

@@ -31,13 +31,9 @@ import (
 	"github.com/gomomento/valkey-operator/devcluster/ipam"
 )
 
-// Labels the scheduler and the operator's placement rules look at.
-const (
-	LabelZone     = "topology.kubernetes.io/zone"
-	LabelHostname = "kubernetes.io/hostname"
-	// LabelDevNode marks the dev cluster's nodes.
-	LabelDevNode = "valkey-operator.dev/node"
-)
+// LabelDevNode marks the dev cluster's nodes. The well-known labels the scheduler and the
+// operator's placement rules look at (zone, hostname) are corev1's.
+const LabelDevNode = "valkey-operator.dev/node"
 
 // Spec names one node.
 type Spec struct {
@@ -210,12 +206,12 @@ func describeNode(n *corev1.Node, spec Spec, port int) {
 	if n.Labels == nil {
 		n.Labels = map[string]string{}
 	}
-	n.Labels[LabelZone] = spec.Zone
-	n.Labels["topology.kubernetes.io/region"] = "dev"
-	n.Labels[LabelHostname] = spec.Name
+	n.Labels[corev1.LabelTopologyZone] = spec.Zone
+	n.Labels[corev1.LabelTopologyRegion] = "dev"
+	n.Labels[corev1.LabelHostname] = spec.Name
 	n.Labels[LabelDevNode] = "1"
-	n.Labels["kubernetes.io/os"] = "linux"
-	n.Labels["kubernetes.io/arch"] = "amd64"
+	n.Labels[corev1.LabelOSStable] = "linux"
+	n.Labels[corev1.LabelArchStable] = "amd64"
 	res := corev1.ResourceList{
 		corev1.ResourceCPU:              resource.MustParse("8"),
 		corev1.ResourceMemory:           resource.MustParse("32Gi"),

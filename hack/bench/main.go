@@ -29,6 +29,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
@@ -161,7 +162,7 @@ func newCluster(ctx context.Context, image string, shards, perShard int) (*clust
 		env.Close(ctx)
 		return nil, err
 	}
-	opts := valkeyops.Options{Username: valkeyops.OperatorUser, Password: operatorPassword}
+	opts := valkeyops.Options{Credentials: valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword}}
 	if *verbose {
 		opts.Log = logf
 	}
@@ -187,21 +188,14 @@ func (c *cluster) close() {
 // waitHealthy is the common poller: Health empty (cluster_state ok everywhere, all slots
 // assigned, every node knows every node, replicas linked), plus extra when given.
 func (c *cluster) waitHealthy(ctx context.Context, nodes []valkeyops.Node, shards int, extra func(*valkeyops.Snapshot) bool) error {
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
+	return poll.Until(ctx, 10*time.Millisecond, 5*time.Minute, "healthy", func(ctx context.Context) (bool, string, error) {
 		snap, err := c.admin.Observe(ctx, nodes)
 		if err != nil {
-			return err
+			return false, "", err
 		}
 		reasons := valkeyops.Health(snap, shards, 1)
-		if len(reasons) == 0 && (extra == nil || extra(snap)) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not healthy: %v", reasons)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(reasons) == 0 && (extra == nil || extra(snap)), fmt.Sprint(reasons), nil
+	})
 }
 
 func bootstrapOurs(ctx context.Context, image string) (time.Duration, error) {

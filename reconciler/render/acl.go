@@ -1,32 +1,32 @@
 package render
 
 import (
-	"github.com/gomomento/valkey-operator/reconciler/topology"
 	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
 // ACLSpec assembles the ACL input from the cluster's users and the ValkeyRoles they name.
 // A permission entry whose role does not exist is left out (fewer rights, never more) and
 // its role name is returned in missing so the caller can warn.
-func ACLSpec(users []views.ACLUser, role func(name string) (views.Role, bool), defaultPassword, operatorPassword string) (spec topology.ACLSpec, missing []string) {
-	spec = topology.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword}
+func ACLSpec(users []views.ACLUser, role func(name string) (views.Role, bool), defaultPassword, operatorPassword string) (spec valkeyops.ACLSpec, missing []string) {
+	spec = valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword}
 	for _, u := range users {
-		out := topology.ACLUser{Name: u.Username, PasswordHashes: append([]string(nil), u.PasswordHashes...)}
+		out := valkeyops.ACLUser{Name: u.Username, PasswordHashes: append([]string(nil), u.PasswordHashes...)}
 		for _, p := range u.Permissions {
 			r, ok := role(p.RoleRef)
 			if !ok {
 				missing = append(missing, p.RoleRef)
 				continue
 			}
-			perm := topology.ACLPermission{Channels: append([]string(nil), p.Channels...)}
+			perm := valkeyops.ACLPermission{Channels: append([]string(nil), p.Channels...)}
 			for _, c := range r.Categories() {
-				perm.Categories = append(perm.Categories, topology.ACLRule{Name: c.Name, Allow: c.Allow})
+				perm.Categories = append(perm.Categories, valkeyops.ACLRule{Name: c.Name, Allow: c.Allow})
 			}
 			for _, c := range r.Commands() {
-				perm.Commands = append(perm.Commands, topology.ACLRule{Name: c.Name, Allow: c.Allow})
+				perm.Commands = append(perm.Commands, valkeyops.ACLRule{Name: c.Name, Allow: c.Allow})
 			}
 			for _, k := range p.Keys {
-				perm.Keys = append(perm.Keys, topology.KeyPattern{Pattern: k.Pattern, Access: k.Access})
+				perm.Keys = append(perm.Keys, valkeyops.KeyPattern{Pattern: k.Pattern, Access: k.Access})
 			}
 			out.Permissions = append(out.Permissions, perm)
 		}

@@ -11,8 +11,8 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 )
 
 // Label keys and values on every owned object (SPEC §3).
@@ -62,20 +62,19 @@ func AuthSecretName(cluster string) string { return cluster + "-auth" }
 func ACLConfigMapName(cluster string) string { return cluster + "-acl" }
 
 // Service renders the headless Service that gives every pod a stable DNS name and lets
-// nodes find each other before they are Ready (publishNotReadyAddresses).
-func Service(cluster, namespace string) *corev1.Service {
-	return &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: ServiceName(cluster), Namespace: namespace, Labels: Labels(cluster)},
-		Spec: corev1.ServiceSpec{
-			ClusterIP:                corev1.ClusterIPNone,
-			PublishNotReadyAddresses: true,
-			Selector:                 Labels(cluster),
-			Ports: []corev1.ServicePort{
-				{Name: "client", Port: ClientPort, TargetPort: intstr.FromInt32(ClientPort), Protocol: corev1.ProtocolTCP},
-				{Name: "bus", Port: BusPort, TargetPort: intstr.FromInt32(BusPort), Protocol: corev1.ProtocolTCP},
-			},
-		},
+// nodes find each other before they are Ready (publishNotReadyAddresses). It is what the
+// operator applies: the fields it owns, nothing the API server defaults.
+func Service(cluster, namespace string) *corev1ac.ServiceApplyConfiguration {
+	port := func(name string, p int32) *corev1ac.ServicePortApplyConfiguration {
+		return corev1ac.ServicePort().WithName(name).WithPort(p).WithTargetPort(intstr.FromInt32(p)).WithProtocol(corev1.ProtocolTCP)
 	}
+	return corev1ac.Service(ServiceName(cluster), namespace).
+		WithLabels(Labels(cluster)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithClusterIP(corev1.ClusterIPNone).
+			WithPublishNotReadyAddresses(true).
+			WithSelector(Labels(cluster)).
+			WithPorts(port("client", ClientPort), port("bus", BusPort)))
 }
 
 // NewPassword returns 32 random bytes as hex (256 bits; printable so it survives any client).
@@ -90,24 +89,17 @@ func NewPassword(r io.Reader) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// AuthSecret renders a fresh auth Secret with new random passwords.
-func AuthSecret(cluster, namespace string, r io.Reader) (*corev1.Secret, error) {
-	pw, err := NewPassword(r)
-	if err != nil {
-		return nil, err
-	}
-	opw, err := NewPassword(r)
-	if err != nil {
-		return nil, err
-	}
-	return &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: AuthSecretName(cluster), Namespace: namespace, Labels: Labels(cluster)},
-		Type:       corev1.SecretTypeOpaque,
-		Data: map[string][]byte{
-			AuthPasswordKey: []byte(pw), AuthOperatorPasswordKey: []byte(opw),
-			AuthReplicationConfKey: ReplicationConf(opw),
-		},
-	}, nil
+// AuthSecret renders the auth Secret holding the given passwords and the replication login
+// derived from the operator password.
+func AuthSecret(cluster, namespace, password, operatorPassword string) *corev1ac.SecretApplyConfiguration {
+	return corev1ac.Secret(AuthSecretName(cluster), namespace).
+		WithLabels(Labels(cluster)).
+		WithType(corev1.SecretTypeOpaque).
+		WithData(map[string][]byte{
+			AuthPasswordKey:         []byte(password),
+			AuthOperatorPasswordKey: []byte(operatorPassword),
+			AuthReplicationConfKey:  ReplicationConf(operatorPassword),
+		})
 }
 
 // ReplicationConf renders the valkey.conf fragment with which replicas authenticate to their
@@ -118,11 +110,10 @@ func ReplicationConf(operatorPassword string) []byte {
 }
 
 // ACLConfigMap renders the ConfigMap holding the ACL file.
-func ACLConfigMap(cluster, namespace, aclFile string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: ACLConfigMapName(cluster), Namespace: namespace, Labels: Labels(cluster)},
-		Data:       map[string]string{ACLFileKey: aclFile},
-	}
+func ACLConfigMap(cluster, namespace, aclFile string) *corev1ac.ConfigMapApplyConfiguration {
+	return corev1ac.ConfigMap(ACLConfigMapName(cluster), namespace).
+		WithLabels(Labels(cluster)).
+		WithData(map[string]string{ACLFileKey: aclFile})
 }
 
 // NodeName returns a fresh ValkeyNode/Pod name: {cluster}-{5 random lowercase hex}.

@@ -11,12 +11,26 @@ type Config struct{ U *unstructured.Unstructured }
 // NewConfigObject returns an empty ValkeyConfig object with its GVK set.
 func NewConfigObject() *unstructured.Unstructured { return object(crds.KindConfig) }
 
-func (c Config) Name() string                  { return c.U.GetName() }
-func (c Config) ImageRef() string              { return getString(c.U, "spec", "imageRef") }
-func (c Config) BaseRef() string               { return getString(c.U, "spec", "baseRef") }
-func (c Config) Resources() Resources          { return getResources(c.U, "spec", "resources") }
-func (c Config) Valkey() map[string]string     { return getStringMap(c.U, "spec", "valkey") }
-func (c Config) SetImageRef(s string)          { setString(c.U, s, "spec", "imageRef") }
-func (c Config) SetBaseRef(s string)           { setString(c.U, s, "spec", "baseRef") }
-func (c Config) SetResources(r Resources)      { setResources(c.U, r, "spec", "resources") }
-func (c Config) SetValkey(m map[string]string) { setStringMap(c.U, m, "spec", "valkey") }
+// configSpec is a ValkeyConfig's spec as crds/valkeyconfigs.yaml defines it.
+type configSpec struct {
+	ImageRef  string            `json:"imageRef,omitempty"`
+	BaseRef   string            `json:"baseRef,omitempty"`
+	Resources Resources         `json:"resources,omitzero"`
+	Valkey    map[string]string `json:"valkey,omitempty"`
+}
+
+func (c Config) spec() configSpec               { return decode[configSpec](c.U, specKey) }
+func (c Config) editSpec(set func(*configSpec)) { update(c.U, specKey, set) }
+
+func (c Config) Name() string              { return c.U.GetName() }
+func (c Config) ImageRef() string          { return c.spec().ImageRef }
+func (c Config) BaseRef() string           { return c.spec().BaseRef }
+func (c Config) Resources() Resources      { return c.spec().Resources }
+func (c Config) Valkey() map[string]string { return c.spec().Valkey }
+
+func (c Config) SetImageRef(s string)     { c.editSpec(func(w *configSpec) { w.ImageRef = s }) }
+func (c Config) SetBaseRef(s string)      { c.editSpec(func(w *configSpec) { w.BaseRef = s }) }
+func (c Config) SetResources(r Resources) { c.editSpec(func(w *configSpec) { w.Resources = r }) }
+func (c Config) SetValkey(m map[string]string) {
+	c.editSpec(func(w *configSpec) { w.Valkey = m })
+}

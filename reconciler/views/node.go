@@ -27,80 +27,53 @@ func NewNodeObject() *unstructured.Unstructured { return object(crds.KindNode) }
 // NewNodeListObject returns an empty ValkeyNodeList with its GVK set.
 func NewNodeListObject() *unstructured.UnstructuredList { return list(crds.KindNode) }
 
-// NodeSpec is a ValkeyNode's spec, fixed when the node is created.
+// NodeSpec is a ValkeyNode's spec, fixed when the node is created. Its tags are the stored
+// field names, except TLSSecretRef: it is stored nested, as spec.tls.secretRef (see nodeSpec).
 type NodeSpec struct {
-	Cluster      string
-	Shard        int
-	Image        string // repository:tag
-	Version      string
-	Valkey       map[string]string
-	Resources    Resources
-	Placement    Placement
-	TLSSecretRef string
-	SpecHash     string
+	Cluster      string            `json:"cluster,omitempty"`
+	Shard        int               `json:"shard"`           // shard 0 is a shard: always stored
+	Image        string            `json:"image,omitempty"` // repository:tag
+	Version      string            `json:"version,omitempty"`
+	Valkey       map[string]string `json:"valkey,omitempty"`
+	Resources    Resources         `json:"resources,omitzero"`
+	Placement    Placement         `json:"placement,omitzero"`
+	TLSSecretRef string            `json:"-"`
+	SpecHash     string            `json:"specHash,omitempty"`
+}
+
+// nodeSpec is the stored spec: NodeSpec's flat fields plus spec.tls.
+type nodeSpec struct {
+	NodeSpec `json:",inline"`
+	TLS      *tlsSpec `json:"tls,omitempty"`
 }
 
 func (n Node) Name() string { return n.U.GetName() }
 
 // Spec reads the node's spec.
 func (n Node) Spec() NodeSpec {
-	shard, _ := getInt(n.U, "spec", "shard")
-	return NodeSpec{
-		Cluster:      getString(n.U, "spec", "cluster"),
-		Shard:        int(shard),
-		Image:        getString(n.U, "spec", "image"),
-		Version:      getString(n.U, "spec", "version"),
-		Valkey:       getStringMap(n.U, "spec", "valkey"),
-		Resources:    getResources(n.U, "spec", "resources"),
-		Placement:    getPlacement(n.U, "spec", "placement"),
-		TLSSecretRef: getString(n.U, "spec", "tls", "secretRef"),
-		SpecHash:     getString(n.U, "spec", "specHash"),
-	}
+	w := decode[nodeSpec](n.U, specKey)
+	s := w.NodeSpec
+	s.TLSSecretRef = w.TLS.secretRef()
+	return s
 }
 
 // Shard is spec.shard.
-func (n Node) Shard() int {
-	s, _ := getInt(n.U, "spec", "shard")
-	return int(s)
-}
+func (n Node) Shard() int { return n.Spec().Shard }
 
 // SetSpec writes the whole spec (only ever done before the node is created).
 func (n Node) SetSpec(s NodeSpec) {
-	setString(n.U, s.Cluster, "spec", "cluster")
-	setOrRemove(n.U, int64(s.Shard), "spec", "shard")
-	setString(n.U, s.Image, "spec", "image")
-	setString(n.U, s.Version, "spec", "version")
-	setStringMap(n.U, s.Valkey, "spec", "valkey")
-	setResources(n.U, s.Resources, "spec", "resources")
-	setPlacement(n.U, s.Placement, "spec", "placement")
-	if s.TLSSecretRef == "" {
-		setOrRemove(n.U, nil, "spec", "tls")
-	} else {
-		setOrRemove(n.U, map[string]any{"secretRef": s.TLSSecretRef}, "spec", "tls")
-	}
-	setString(n.U, s.SpecHash, "spec", "specHash")
+	encode(n.U, specKey, &nodeSpec{NodeSpec: s, TLS: tlsFor(s.TLSSecretRef)})
 }
 
-// NodeStatus is a ValkeyNode's status.
+// NodeStatus is a ValkeyNode's status, all of it operator-written.
 type NodeStatus struct {
-	Lifecycle string
-	PodIP     string
-	NodeID    string
-	Role      string
+	Lifecycle string `json:"lifecycle,omitempty"`
+	PodIP     string `json:"podIP,omitempty"`
+	NodeID    string `json:"nodeID,omitempty"`
+	Role      string `json:"role,omitempty"`
 }
 
-func (n Node) Status() NodeStatus {
-	return NodeStatus{
-		Lifecycle: getString(n.U, "status", "lifecycle"),
-		PodIP:     getString(n.U, "status", "podIP"),
-		NodeID:    getString(n.U, "status", "nodeID"),
-		Role:      getString(n.U, "status", "role"),
-	}
-}
+func (n Node) Status() NodeStatus { return decode[NodeStatus](n.U, statusKey) }
 
-func (n Node) SetStatus(s NodeStatus) {
-	setString(n.U, s.Lifecycle, "status", "lifecycle")
-	setString(n.U, s.PodIP, "status", "podIP")
-	setString(n.U, s.NodeID, "status", "nodeID")
-	setString(n.U, s.Role, "status", "role")
-}
+// SetStatus writes the whole status: the operator owns every field of it.
+func (n Node) SetStatus(s NodeStatus) { encode(n.U, statusKey, &s) }

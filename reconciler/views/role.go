@@ -17,33 +17,54 @@ type Role struct{ U *unstructured.Unstructured }
 // NewRoleObject returns an empty ValkeyRole object with its GVK set.
 func NewRoleObject() *unstructured.Unstructured { return object(crds.KindRole) }
 
-func (r Role) Name() string       { return r.U.GetName() }
-func (r Role) Categories() []Rule { return r.rules("categories") }
-func (r Role) Commands() []Rule   { return r.rules("commands") }
+// roleSpec is a ValkeyRole's spec as crds/valkeyroles.yaml defines it.
+type roleSpec struct {
+	Categories []storedRule `json:"categories,omitempty"`
+	Commands   []storedRule `json:"commands,omitempty"`
+}
 
-func (r Role) rules(list string) []Rule {
+// storedRule is a Rule as stored: access is the word "allow" or "deny", where Rule, which
+// callers only ever test, has a bool.
+type storedRule struct {
+	Name   string `json:"name"`
+	Access string `json:"access"`
+}
+
+const (
+	accessAllow = "allow"
+	accessDeny  = "deny"
+)
+
+func (r Role) spec() roleSpec { return decode[roleSpec](r.U, specKey) }
+
+func (r Role) Name() string       { return r.U.GetName() }
+func (r Role) Categories() []Rule { return rules(r.spec().Categories) }
+func (r Role) Commands() []Rule   { return rules(r.spec().Commands) }
+
+func (r Role) SetCategories(l []Rule) {
+	update(r.U, specKey, func(w *roleSpec) { w.Categories = storedRules(l) })
+}
+
+func (r Role) SetCommands(l []Rule) {
+	update(r.U, specKey, func(w *roleSpec) { w.Commands = storedRules(l) })
+}
+
+func rules(stored []storedRule) []Rule {
 	var out []Rule
-	for _, e := range rawJSON(r.U, "spec", list).Array() {
-		out = append(out, Rule{Name: e.Get("name").String(), Allow: e.Get("access").String() == "allow"})
+	for _, s := range stored {
+		out = append(out, Rule{Name: s.Name, Allow: s.Access == accessAllow})
 	}
 	return out
 }
 
-func (r Role) SetCategories(rules []Rule) { r.setRules("categories", rules) }
-func (r Role) SetCommands(rules []Rule)   { r.setRules("commands", rules) }
-
-func (r Role) setRules(list string, rules []Rule) {
-	if len(rules) == 0 {
-		setOrRemove(r.U, nil, "spec", list)
-		return
-	}
-	l := make([]any, len(rules))
-	for i, rule := range rules {
-		access := "deny"
-		if rule.Allow {
-			access = "allow"
+func storedRules(l []Rule) []storedRule {
+	var out []storedRule
+	for _, r := range l {
+		access := accessDeny
+		if r.Allow {
+			access = accessAllow
 		}
-		l[i] = map[string]any{"name": rule.Name, "access": access}
+		out = append(out, storedRule{Name: r.Name, Access: access})
 	}
-	setOrRemove(r.U, l, "spec", list)
+	return out
 }

@@ -1,0 +1,242 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomomento/valkey-operator/internal/loadgen"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// Day-2 operations on an Active cluster, driven by kubectl while a writer goes on through a
+// real cluster-mode client. Each scenario checks that every acknowledged write is still there
+// afterwards, that valkey-cli --cluster check is clean, that every ValkeyNode is Active, and
+// that the cluster never reported anything but Active.
+
+// applyCluster applies a ValkeyCluster of the example config.
+func (n *ns) applyCluster(name string, shards, replicas int) {
+	n.t.Helper()
+	n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: standard\n  shards: %d\n  replicasPerShard: %d\n",
+		name, shards, replicas), "apply", "-f", "-")
+}
+
+// patchTopology edits shards and replicasPerShard with kubectl patch.
+func (n *ns) patchTopology(name string, shards, replicas int) {
+	n.t.Helper()
+	n.kubectl("patch", "valkeycluster", name, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"shards":%d,"replicasPerShard":%d}}`, shards, replicas))
+}
+
+// nodeStatus is a ValkeyNode's name with its status fields.
+type nodeStatus struct{ name, lifecycle, role, nodeID string }
+
+func (n *ns) nodeStatuses(cluster string) ([]nodeStatus, error) {
+	items, err := n.valkeyNodes(cluster)
+	if err != nil {
+		return nil, err
+	}
+	var out []nodeStatus
+	for _, u := range items {
+		s := nodeStatus{name: u.GetName()}
+		s.lifecycle, _, _ = unstructured.NestedString(u.Object, "status", "lifecycle")
+		s.role, _, _ = unstructured.NestedString(u.Object, "status", "role")
+		s.nodeID, _, _ = unstructured.NestedString(u.Object, "status", "nodeID")
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+// waitConverged waits until the cluster has exactly want ValkeyNodes, all Active, as many
+// pods with IPs, and valkey-cli --cluster check finds all slots covered and agreed.
+func (n *ns) waitConverged(cluster string, want int, timeout time.Duration) {
+	n.t.Helper()
+	password := n.secretValue(cluster+"-auth", "password")
+	n.eventually(timeout, time.Second, fmt.Sprintf("%s converged on %d nodes", cluster, want), func() (bool, string, error) {
+		nodes, err := n.nodeStatuses(cluster)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var desc []string
+		active := 0
+		for _, s := range nodes {
+			desc = append(desc, s.name+"="+s.lifecycle+"/"+s.role)
+			if s.lifecycle == "Active" {
+				active++
+			}
+		}
+		ips := n.podIPs(cluster)
+		if len(nodes) != want || active != want || len(ips) != want {
+			return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), strings.Join(desc, " ")), nil
+		}
+		out, err := clusterCheck(ips[0]+":6379", password)
+		if err != nil || !strings.Contains(out, "[OK] All 16384 slots covered.") || strings.Contains(out, "[ERR]") ||
+			!strings.Contains(out, "[OK] All nodes agree about slots configuration.") {
+			return false, "cluster check: " + stripANSI(out), nil
+		}
+		return true, "", nil
+	})
+}
+
+// stateWatch records every state the cluster reports while it runs.
+type stateWatch struct {
+	stop chan struct{}
+	done chan struct{}
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (n *ns) watchState(cluster string) *stateWatch {
+	w := &stateWatch{stop: make(chan struct{}), done: make(chan struct{}), seen: map[string]int{}}
+	go func() {
+		defer close(w.done)
+		for {
+			if st, _, err := n.state(cluster); err == nil {
+				w.mu.Lock()
+				w.seen[st]++
+				w.mu.Unlock()
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+// states stops the watch and returns the states seen.
+func (w *stateWatch) states() []string {
+	close(w.stop)
+	<-w.done
+	var out []string
+	for s := range w.seen {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// day2 starts a cluster of shards x replicas, waits for it to be converged and returns its
+// writer, already running (with some writes acknowledged) and a state watch.
+func day2(t *testing.T, n *ns, cluster string, shards, replicas int) (*day2Writer, *stateWatch) {
+	t.Helper()
+	applyMenu(n)
+	n.applyCluster(cluster, shards, replicas)
+	n.waitState(cluster, "Active", 3*time.Minute)
+	n.waitConverged(cluster, shards*(1+replicas), 2*time.Minute)
+	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
+	w := &day2Writer{c: c, Writer: loadgen.Start(c, loadgen.Options{Prefix: "day2:", Pace: time.Millisecond})}
+	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
+		return w.Acked() >= 200, fmt.Sprintf("%d acknowledged", w.Acked()), nil
+	})
+	return w, n.watchState(cluster)
+}
+
+// day2Writer is the scenario's writer with the client it writes through.
+type day2Writer struct {
+	*loadgen.Writer
+	c valkey.Client
+}
+
+// finishDay2 stops the writer and the watch and checks the pass criteria.
+func finishDay2(t *testing.T, w *day2Writer, watch *stateWatch, what string) {
+	t.Helper()
+	res := w.Stop()
+	ctx, cancel := ctxTimeout(2 * time.Minute)
+	defer cancel()
+	lost, first := loadgen.Missing(ctx, w.c, "day2:", res.Acked)
+	t.Logf("e2e: %s: writes acknowledged=%d rejected=%d lost=%d longest-pause=%s", what, len(res.Acked), res.Failed, lost, res.MaxPause.Round(time.Millisecond))
+	assert.Zero(t, lost, "acknowledged writes lost during %s; first: %v", what, first)
+	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout %s", what)
+}
+
+// TestDay2ShardScaling: 2 -> 3 -> 2 shards with the data moving along.
+func TestDay2ShardScaling(t *testing.T) {
+	n := newNamespace(t, "e2e-shards")
+	const cluster = "scale"
+	w, watch := day2(t, n, cluster, 2, 1)
+
+	start := time.Now()
+	n.patchTopology(cluster, 3, 1)
+	n.waitConverged(cluster, 6, 3*time.Minute)
+	t.Logf("e2e: scale-out 2->3 shards converged in %.1fs", time.Since(start).Seconds())
+	start = time.Now()
+	n.patchTopology(cluster, 2, 1)
+	n.waitConverged(cluster, 4, 3*time.Minute)
+	t.Logf("e2e: scale-in 3->2 shards converged in %.1fs", time.Since(start).Seconds())
+	finishDay2(t, w, watch, "shard scaling 2->3->2")
+}
+
+// TestDay2ReplicaScaling: 1 -> 2 -> 1 replicas per shard; a decrease never removes a primary.
+func TestDay2ReplicaScaling(t *testing.T) {
+	n := newNamespace(t, "e2e-replicas")
+	const cluster = "replicas"
+	w, watch := day2(t, n, cluster, 2, 1)
+	before, err := n.nodeStatuses(cluster)
+	require.NoError(t, err)
+
+	n.patchTopology(cluster, 2, 2)
+	n.waitConverged(cluster, 6, 3*time.Minute)
+	n.patchTopology(cluster, 2, 1)
+	n.waitConverged(cluster, 4, 3*time.Minute)
+	finishDay2(t, w, watch, "replica scaling 1->2->1")
+
+	after, err := n.nodeStatuses(cluster)
+	require.NoError(t, err)
+	primaries := func(ss []nodeStatus) []string {
+		var out []string
+		for _, s := range ss {
+			if s.role == "primary" {
+				out = append(out, s.name)
+			}
+		}
+		return out
+	}
+	assert.Equal(t, primaries(before), primaries(after), "the primaries stay where they were")
+}
+
+// TestDay2LostPodsAreReplaced deletes a replica's pod, then a primary's: each lost node is
+// replaced by a new ValkeyNode with a new name, its dead ID forgotten, and the cluster heals.
+func TestDay2LostPodsAreReplaced(t *testing.T) {
+	n := newNamespace(t, "e2e-heal")
+	const cluster = "heal"
+	w, watch := day2(t, n, cluster, 2, 1)
+
+	for _, role := range []string{"replica", "primary"} {
+		nodes, err := n.nodeStatuses(cluster)
+		require.NoError(t, err)
+		victim := ""
+		for _, s := range nodes {
+			if s.role == role {
+				victim = s.name
+				break
+			}
+		}
+		require.NotEmpty(t, victim, "a %s among %v", role, nodes)
+		start := time.Now()
+		n.kubectl("delete", "pod", victim, "--wait=false")
+		n.eventually(2*time.Minute, time.Second, victim+" replaced", func() (bool, string, error) {
+			now, err := n.nodeStatuses(cluster)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			for _, s := range now {
+				if s.name == victim {
+					return false, fmt.Sprint(now), nil
+				}
+			}
+			return true, "", nil
+		})
+		n.waitConverged(cluster, 4, 2*time.Minute)
+		t.Logf("e2e: lost %s pod healed in %.1fs", role, time.Since(start).Seconds())
+	}
+	finishDay2(t, w, watch, "replacing lost pods")
+}

@@ -1,0 +1,86 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestReconcilerBoundaryFormsRealCluster drives real Valkey containers through the
+// reconciler's production boundary exactly as a Creating pass does: the ACL file rendered
+// from the reconciler's ACL input, one Connect with the operator's credentials, Bootstrap
+// from shard-grouped nodes, then Observe until valkeyops.Health finds the seed's Active
+// criteria met.
+func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
+	requireDocker(t)
+	const shards, perShard = 2, 2
+	spec, missing := render.ACLSpec(nil, func(string) (views.Role, bool) { return views.Role{}, false }, "default-pw", "operator-pw")
+	require.Empty(t, missing)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	env, err := harness.New(ctx, harness.Config{Image: harness.Image(), ACL: spec})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		_ = env.Close(cctx)
+	})
+	nodes, err := env.StartNodes(ctx, shards, perShard)
+	require.NoError(t, err)
+
+	pool := valkeyops.NewPool(nil, t.Logf)
+	defer pool.Close()
+	v := reconciler.PoolValkey{Pool: pool}
+	key := types.NamespacedName{Namespace: "it", Name: "c"}
+	cred := valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: "operator-pw"}
+	client, err := v.Connect(ctx, key, cred)
+	require.NoError(t, err)
+
+	start := time.Now()
+	require.NoError(t, client.Bootstrap(ctx, nodes, shards))
+	var (
+		snap     *valkeyops.Snapshot
+		problems []string
+	)
+	require.Eventually(t, func() bool {
+		snap, err = client.Observe(ctx, nodes)
+		if err != nil {
+			return false
+		}
+		problems = valkeyops.Health(snap, shards, perShard-1)
+		return len(problems) == 0
+	}, time.Minute, 100*time.Millisecond, "healthy; last problems %v (err %v)", problems, err)
+	t.Logf("bootstrap %dx%d healthy through the reconciler's boundary in %s", shards, perShard-1, time.Since(start).Round(time.Millisecond))
+
+	roles := map[valkeyops.Role]int{}
+	for _, n := range snap.Nodes {
+		assert.True(t, n.Reachable, n.Name)
+		assert.Len(t, n.ID, 40, n.Name)
+		roles[n.Role]++
+	}
+	assert.Equal(t, map[valkeyops.Role]int{valkeyops.RolePrimary: shards, valkeyops.RoleReplica: shards * (perShard - 1)}, roles)
+
+	again, err := v.Connect(ctx, key, cred)
+	require.NoError(t, err)
+	assert.Same(t, client, again, "unchanged credentials reuse the pooled client")
+
+	// A wrong password is refused: auth is really on.
+	bad := cred
+	bad.Password = "wrong"
+	other, err := v.Connect(ctx, types.NamespacedName{Namespace: "it", Name: "other"}, bad)
+	if err == nil {
+		s, oerr := other.Observe(ctx, nodes[:1])
+		require.NoError(t, oerr)
+		assert.False(t, s.Nodes[0].Reachable, "wrong password must not reach the node")
+	}
+}

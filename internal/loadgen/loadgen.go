@@ -1,0 +1,146 @@
+// Package loadgen is the continuous writer the integration and end-to-end suites run through
+// a real client while they change a cluster: it remembers which writes were acknowledged, so
+// a test can read every one of them back afterwards and count what an operation lost.
+package loadgen
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+)
+
+// Options shape a Writer.
+type Options struct {
+	Prefix  string        // keys are Prefix+<i>, values Value(i)
+	Timeout time.Duration // per write (default 1s)
+	Pace    time.Duration // pause between writes (0 = none)
+	// Replicas > 0 sends WAIT Replicas after each SET, on the same connection, and counts a
+	// write as acknowledged only when that many replicas have it: what survives a crash of
+	// the primary. A write the primary took but no replica confirmed is counted apart.
+	Replicas int
+}
+
+// Writer writes until stopped.
+type Writer struct {
+	c    valkey.Client
+	o    Options
+	stop chan struct{}
+	done chan struct{}
+
+	mu          sync.Mutex
+	acked       []int
+	failed      int
+	unconfirmed int
+	lastAck     time.Time
+	maxPause    time.Duration
+}
+
+// Result is what a stopped Writer saw.
+type Result struct {
+	Acked       []int         // indexes of acknowledged writes, in order
+	Failed      int           // writes refused or timed out: never acknowledged, so never lost
+	Unconfirmed int           // with Replicas: taken by the primary, not confirmed by replicas
+	MaxPause    time.Duration // the longest time between two acknowledged writes
+}
+
+// Value is the value written under index i.
+func Value(i int) string { return "v" + strconv.Itoa(i) }
+
+// Start begins writing through c.
+func Start(c valkey.Client, o Options) *Writer {
+	if o.Timeout <= 0 {
+		o.Timeout = time.Second
+	}
+	w := &Writer{c: c, o: o, stop: make(chan struct{}), done: make(chan struct{}), lastAck: time.Now()}
+	go w.run()
+	return w
+}
+
+func (w *Writer) run() {
+	defer close(w.done)
+	for i := 0; ; i++ {
+		select {
+		case <-w.stop:
+			return
+		default:
+		}
+		acked, taken := w.write(i)
+		w.mu.Lock()
+		switch {
+		case acked:
+			now := time.Now()
+			w.maxPause = max(w.maxPause, now.Sub(w.lastAck))
+			w.lastAck = now
+			w.acked = append(w.acked, i)
+		case taken:
+			w.unconfirmed++
+		default:
+			w.failed++
+		}
+		w.mu.Unlock()
+		if w.o.Pace > 0 {
+			time.Sleep(w.o.Pace)
+		}
+	}
+}
+
+// write sends one SET (and WAIT): acked when it counts as acknowledged, taken when the
+// primary took it without the replicas confirming it.
+func (w *Writer) write(i int) (acked, taken bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), w.o.Timeout)
+	defer cancel()
+	set := w.c.B().Set().Key(w.o.Prefix + strconv.Itoa(i)).Value(Value(i)).Build()
+	if w.o.Replicas == 0 {
+		return w.c.Do(ctx, set).Error() == nil, false
+	}
+	// A keyless WAIT in the same pipeline as a keyed SET goes to the same node.
+	wait := w.c.B().Wait().Numreplicas(int64(w.o.Replicas)).Timeout(w.o.Timeout.Milliseconds() / 2).Build()
+	res := w.c.DoMulti(ctx, set, wait)
+	if res[0].Error() != nil {
+		return false, false
+	}
+	n, err := res[1].AsInt64()
+	return err == nil && n >= int64(w.o.Replicas), true
+}
+
+// Acked is how many writes were acknowledged so far.
+func (w *Writer) Acked() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.acked)
+}
+
+// Stop ends the writer and returns what it saw.
+func (w *Writer) Stop() Result {
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: w.unconfirmed, MaxPause: w.maxPause}
+}
+
+// Missing reads prefix+<i> for every i in keys through c and counts those that are gone or
+// hold anything but Value(i); first describes the first such key.
+func Missing(ctx context.Context, c valkey.Client, prefix string, keys []int) (missing int, first error) {
+	const batch = 1000
+	for start := 0; start < len(keys); start += batch {
+		idx := keys[start:min(len(keys), start+batch)]
+		cmds := make(valkey.Commands, len(idx))
+		for j, i := range idx {
+			cmds[j] = c.B().Get().Key(prefix + strconv.Itoa(i)).Build()
+		}
+		for j, r := range c.DoMulti(ctx, cmds...) {
+			if v, err := r.ToString(); err != nil || v != Value(idx[j]) {
+				missing++
+				if first == nil {
+					first = fmt.Errorf("key %s%d: %q %v", prefix, idx[j], v, err)
+				}
+			}
+		}
+	}
+	return missing, first
+}

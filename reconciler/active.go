@@ -1,0 +1,262 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/gomomento/valkey-operator/reconciler/plan"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/gomomento/valkey-operator/valkeyops"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The Active phase (SPEC §4: all day-2 work happens while the cluster reports Active). Each
+// pass observes the ValkeyNodes, their pods and every ready server's own view (read-only),
+// asks plan.Next for the one next action against the live spec, performs it, and records it
+// as an Event. A converged cluster is observed again after ActivePeriod, or at once on any
+// pod or node event; it causes no API write and no Valkey write command.
+
+// Bounds on one pass's work with the servers: a server that stops answering must not hold a
+// worker (and with it other clusters) for longer. An action cut short is planned again.
+const (
+	observeTimeout = 15 * time.Second
+	actionTimeout  = 3 * time.Minute
+)
+
+// Event reasons of the Active phase.
+const (
+	ReasonTopology      = "TopologyAction"
+	ReasonTopologyStall = "TopologyStalled"
+	ReasonTopologyFail  = "TopologyActionFailed"
+	ReasonNodeRetired   = "NodeRetired"
+)
+
+// observeActive connects and observes every node whose pod is ready, and records each
+// server's ID, role and pod IP on its ValkeyNode (written only when they change).
+func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
+	p.members = nil
+	for _, n := range p.nodes {
+		if pod := p.pods[n.Name()]; pod != nil {
+			if st, _ := podState(pod); st == plan.PodReady {
+				p.members = append(p.members, valkeyNode(n.Name(), pod.Status.PodIP, n.Shard()))
+			}
+		}
+	}
+	if len(p.members) == 0 {
+		return r.act(ctx, p, plan.Action{Kind: plan.Wait, Reason: "no server is ready"})
+	}
+	if out := r.connect(ctx, p); out != nil {
+		return out
+	}
+	octx, cancel := context.WithTimeout(ctx, observeTimeout)
+	defer cancel()
+	snap, err := p.valkey.Observe(octx, p.members)
+	if err != nil {
+		r.warn(p, ReasonObserveFailed, "Observe", "observing the cluster failed: "+err.Error())
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	}
+	r.clearWarning(p, ReasonObserveFailed)
+	p.snapshot = snap
+	for _, n := range p.nodes {
+		s := snap.ByName(n.Name())
+		if s == nil || !s.Reachable || s.ID == "" {
+			continue
+		}
+		if err := r.setNodeStatus(ctx, n, func(st *views.NodeStatus) {
+			st.NodeID, st.Role, st.PodIP = s.ID, string(s.Role), p.pods[n.Name()].Status.PodIP
+		}); err != nil {
+			return done(ctrl.Result{}, err)
+		}
+	}
+	return nil
+}
+
+// planActive plans the next action from what observeActive saw and performs it.
+func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
+	o := plan.Observed{Shards: p.cluster.Shards(), Replicas: p.cluster.ReplicasPerShard()}
+	for _, n := range p.nodes {
+		pn := plan.Node{Name: n.Name(), Shard: n.Shard(), Lifecycle: n.Status().Lifecycle, RecordedID: n.Status().NodeID, Pod: plan.PodGone}
+		if pod := p.pods[n.Name()]; pod != nil {
+			pn.Pod, pn.Unschedulable = podState(pod)
+		} else if pn.Lifecycle == plan.Joining {
+			pn.Pod = plan.PodStarting // created this pass or the last; ensureActivePods makes it
+		}
+		if p.snapshot != nil {
+			pn.State = p.snapshot.ByName(n.Name())
+		}
+		o.Nodes = append(o.Nodes, pn)
+	}
+	a := plan.Next(o)
+	return r.act(ctx, p, a)
+}
+
+// podState classifies a pod for the planner: ready, still starting (with the scheduler's
+// reason when it cannot be placed), or lost (failed or being deleted: its data is gone).
+func podState(pod *corev1.Pod) (plan.Pod, string) {
+	switch {
+	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		return plan.PodLost, ""
+	case pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "" && podReady(pod):
+		return plan.PodReady, ""
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return plan.PodStarting, c.Message
+		}
+	}
+	return plan.PodStarting, ""
+}
+
+// act performs one planned action. Every topology action is an Event; an action that fails
+// is a Warning Event and is planned again on the next pass (each one is idempotent, so a
+// retry, or a restarted operator, finishes it).
+func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
+	again := done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	switch a.Kind {
+	case plan.None:
+		r.clearWarning(p, ReasonTopologyStall)
+		r.clearWarning(p, ReasonTopologyFail)
+		return done(ctrl.Result{RequeueAfter: r.opts.ActivePeriod}, nil)
+	case plan.Wait:
+		if a.Warning {
+			r.warn(p, ReasonTopologyStall, "Wait", a.Reason)
+			return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
+		}
+		p.log.V(1).Info("waiting", "reason", a.Reason)
+		return again
+	}
+	p.log.Info("topology action", "action", a.Kind, "reason", a.Reason)
+	actx, cancel := context.WithTimeout(ctx, actionTimeout)
+	defer cancel()
+	if err := r.perform(actx, p, a); err != nil {
+		if apierrors.IsConflict(err) {
+			return again
+		}
+		r.warn(p, ReasonTopologyFail, string(a.Kind), fmt.Sprintf("%s (%s) failed: %v", a.Kind, a.Reason, err))
+		return again
+	}
+	r.clearWarning(p, ReasonTopologyFail)
+	r.clearWarning(p, ReasonTopologyStall)
+	r.event(p, nil, ReasonTopology, string(a.Kind), "%s: %s", a.Kind, a.Reason)
+	return again
+}
+
+func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error {
+	switch a.Kind {
+	case plan.CreateNodes:
+		return r.createNodes(ctx, p, a.Shards)
+	case plan.Join:
+		return p.valkey.Bootstrap(ctx, p.joinable(), p.cluster.Shards())
+	case plan.Replicate:
+		n, err := p.node(a.Node)
+		if err != nil {
+			return err
+		}
+		return p.valkey.Replicate(ctx, p.members, a.Node, n.Shard())
+	case plan.Rebalance:
+		return p.valkey.Rebalance(ctx, p.members, a.Nodes)
+	case plan.Remove:
+		return p.valkey.RemoveNode(ctx, p.members, a.Node)
+	case plan.Takeover:
+		return p.valkey.Takeover(ctx, p.members, a.Node)
+	case plan.Forget:
+		return p.valkey.Forget(ctx, p.members, a.IDs)
+	case plan.MarkActive, plan.MarkLeaving:
+		life := views.LifecycleActive
+		if a.Kind == plan.MarkLeaving {
+			life = views.LifecycleLeaving
+		}
+		for _, name := range a.Nodes {
+			n, err := p.node(name)
+			if err != nil {
+				return err
+			}
+			if err := r.setNodeStatus(ctx, n, func(s *views.NodeStatus) { s.Lifecycle = life }); err != nil {
+				return err
+			}
+		}
+		return nil
+	case plan.Delete:
+		n, err := p.node(a.Node)
+		if err != nil {
+			return err
+		}
+		err = r.client.Delete(ctx, n.U, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		r.expect(p, n.Name(), false)
+		r.event(p, n.U, ReasonNodeRetired, "DeleteNode", "Retired ValkeyNode %s of shard %d", n.Name(), n.Shard())
+		return nil
+	}
+	return fmt.Errorf("unknown action %q", a.Kind)
+}
+
+// createNodes creates ValkeyNodes (Joining) and their pods from the live resolution.
+func (r *Reconciler) createNodes(ctx context.Context, p *pass, shards []int) error {
+	if out := r.resolve(ctx, p); out != nil {
+		return fmt.Errorf("configRef %q does not resolve yet", p.cluster.ConfigRef())
+	}
+	taken := map[string]bool{}
+	for _, n := range p.nodes {
+		taken[n.Name()] = true
+	}
+	for _, shard := range shards {
+		n, err := r.createNode(ctx, p, shard, taken)
+		if err != nil {
+			return err
+		}
+		taken[n.Name()] = true
+		p.nodes = append(p.nodes, n)
+	}
+	if out := r.ensurePods(ctx, p); out != nil {
+		return out.err
+	}
+	return nil
+}
+
+// ensureActivePods creates the pod of a Joining node that has none (its creation was
+// interrupted). An Active node without a pod is lost, never given a fresh pod under its old
+// name: the planner replaces it.
+func (r *Reconciler) ensureActivePods(ctx context.Context, p *pass) *outcome {
+	var joining []views.Node
+	for _, n := range p.nodes {
+		if n.Status().Lifecycle == views.LifecycleJoining {
+			joining = append(joining, n)
+		}
+	}
+	all := p.nodes
+	p.nodes = joining
+	out := r.ensurePods(ctx, p)
+	p.nodes = all
+	return out
+}
+
+// joinable are the ready members of the kept shards that are not leaving: what a Join hands
+// to Bootstrap.
+func (p *pass) joinable() []valkeyops.Node {
+	var out []valkeyops.Node
+	for _, m := range p.members {
+		n, err := p.node(m.Name)
+		if err == nil && n.Status().Lifecycle != views.LifecycleLeaving && n.Shard() < p.cluster.Shards() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// node finds a loaded ValkeyNode by name; the planner only names loaded nodes, so a miss is
+// a bug reported as an error rather than acted on.
+func (p *pass) node(name string) (views.Node, error) {
+	for _, n := range p.nodes {
+		if n.Name() == name {
+			return n, nil
+		}
+	}
+	return views.Node{}, fmt.Errorf("planner named unknown node %q", name)
+}

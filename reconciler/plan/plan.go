@@ -1,0 +1,182 @@
+// Package plan decides the one next action of an Active cluster from what was observed: the
+// live spec, the ValkeyNodes with their pods, and every reachable server's own view. It is
+// pure (no I/O, no clock), so every rule is a table test. The reconciler performs the action,
+// records it, and plans again on the next pass: the state of a long operation lives in Valkey
+// and on the ValkeyNodes, never in operator memory, so a restarted operator resumes it.
+package plan
+
+import (
+	"sort"
+
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+// Lifecycles of a ValkeyNode (the same strings as its status.lifecycle).
+const (
+	Joining = "Joining"
+	Active  = "Active"
+	Leaving = "Leaving"
+)
+
+// Pod says what became of a node's pod.
+type Pod int
+
+const (
+	PodReady    Pod = iota // running, ready, with an IP
+	PodStarting            // created, not ready yet (scheduling, image, probe)
+	PodLost                // failed or being deleted: its data is lost, its process may still run
+	PodGone                // no pod any more: the process is gone for good
+)
+
+// lost reports whether the node's data is gone or going.
+func (n *Node) lost() bool { return n.Pod == PodLost || n.Pod == PodGone }
+
+// Node is one ValkeyNode as the planner sees it.
+type Node struct {
+	Name      string
+	Shard     int
+	Lifecycle string
+	Pod       Pod
+	// Unschedulable is the scheduler's reason when the pod cannot be placed ("" otherwise).
+	Unschedulable string
+	// RecordedID is status.nodeID: the Valkey node ID the node had when last seen.
+	RecordedID string
+	// State is the server's own report; nil when its pod is not ready, unreachable otherwise.
+	State *valkeyops.NodeState
+}
+
+// Observed is everything one pass knows.
+type Observed struct {
+	Shards, Replicas int // the live spec
+	Nodes            []Node
+}
+
+// Kind names an action.
+type Kind string
+
+const (
+	None        Kind = ""            // converged: nothing to do
+	Wait        Kind = "Wait"        // something is in progress (Valkey's own failover, a pod starting)
+	CreateNodes Kind = "CreateNodes" // new ValkeyNodes (Joining) in Shards
+	Join        Kind = "Join"        // MEET new shards' nodes and attach their replicas (Bootstrap)
+	Replicate   Kind = "Replicate"   // attach Node as a replica of its shard's primary
+	Rebalance   Kind = "Rebalance"   // move slots with their keys; Leaving primaries are drained
+	MarkActive  Kind = "MarkActive"  // Nodes joined: lifecycle Active
+	MarkLeaving Kind = "MarkLeaving" // Nodes are to go: lifecycle Leaving
+	Remove      Kind = "Remove"      // CLUSTER RESET Node and FORGET it everywhere
+	Takeover    Kind = "Takeover"    // promote replica Node without a vote: too few primaries to elect
+	Forget      Kind = "Forget"      // FORGET dead IDs on every server
+	Delete      Kind = "Delete"      // delete the ValkeyNode of Node (its pod follows)
+)
+
+// Action is the one next step.
+type Action struct {
+	Kind   Kind
+	Node   string   // Replicate, Remove, Delete
+	Nodes  []string // MarkActive, MarkLeaving, Rebalance (the primaries to drain)
+	Shards []int    // CreateNodes: one entry per node to create
+	IDs    []string // Forget
+	Reason string   // why, for the Event and the log
+	// Warning marks a Wait that needs the user (e.g. an unschedulable pod).
+	Warning bool
+}
+
+// Next plans the one next action. Rules, first match wins:
+//  1. a slot left importing/migrating, or a Leaving primary holding slots: Rebalance;
+//  2. a Leaving node: Remove it (reachable; replicas first), Forget its ID (gone), then Delete it;
+//  3. a lost pod: MarkLeaving, so a replacement is planned and the dead ID forgotten;
+//  4. a shard below 1+Replicas live nodes: CreateNodes;
+//  5. a lost primary whose slots no replica has taken over yet: Wait for Valkey's own failover
+//     (the operator never races it), or Takeover by its best replica when too few primaries
+//     survive to elect one (a 2-shard cluster that lost one) and the old primary is surely
+//     gone: its pod deleted, or flagged failing by its peers (never while it may still serve);
+//  6. a node not ready yet: Wait (with a warning when unschedulable);
+//  7. failed IDs that own no slots and belong to no live node: Forget;
+//  8. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
+//  9. a departing shard's primary holding slots, or slots uneven by over 1%: Rebalance;
+//  10. departing shards and surplus replicas (never a slot-holding primary): MarkLeaving;
+//  11. joined nodes not Active yet: MarkActive.
+func Next(o Observed) Action {
+	v := index(o)
+	for _, rule := range []func(view) (Action, bool){
+		resumeMoves, retireLeaving, dropLost, createMissing, waitFailover, waitStarting,
+		forgetDead, joinNew, balance, markDeparting, activateJoined,
+	} {
+		if a, ok := rule(v); ok {
+			return a
+		}
+	}
+	return Action{}
+}
+
+// view is Observed indexed for the rules.
+type view struct {
+	Observed
+	live      []*Node          // not Leaving
+	byShard   map[int][]*Node  // live nodes per shard
+	ids       map[string]*Node // Valkey node ID -> reachable node
+	owners    map[string]int   // slot-owning node ID (any reachable server's view) -> slots
+	reachable []*Node
+}
+
+func index(o Observed) view {
+	v := view{Observed: o, byShard: map[int][]*Node{}, ids: map[string]*Node{}, owners: map[string]int{}}
+	v.Nodes = append([]Node(nil), o.Nodes...) // sorted below; the caller's slice stays as it is
+	sort.SliceStable(v.Nodes, func(i, j int) bool {
+		if v.Nodes[i].Shard != v.Nodes[j].Shard {
+			return v.Nodes[i].Shard < v.Nodes[j].Shard
+		}
+		return v.Nodes[i].Name < v.Nodes[j].Name
+	})
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if n.lost() {
+			// A server whose pod is going away is never acted on, even while it still
+			// answers: its data goes with it, and Valkey's own failover takes its slots.
+			n.State = nil
+		}
+		if n.Lifecycle != Leaving {
+			v.live = append(v.live, n)
+			v.byShard[n.Shard] = append(v.byShard[n.Shard], n)
+		}
+		if n.reachable() {
+			v.reachable = append(v.reachable, n)
+			v.ids[n.State.ID] = n
+			for _, peer := range n.State.View {
+				if peer.IsPrimary() && len(peer.Slots) > 0 {
+					v.owners[peer.ID] = max(v.owners[peer.ID], valkeyops.CountSlots(peer.Slots))
+				}
+			}
+		}
+	}
+	return v
+}
+
+func (n *Node) reachable() bool { return n.State != nil && n.State.Reachable && n.State.ID != "" }
+
+func (n *Node) primaryWithSlots() bool {
+	return n.reachable() && n.State.Role == valkeyops.RolePrimary && len(n.State.Slots) > 0
+}
+
+// inCluster reports whether the node knows other servers (it was MET).
+func (n *Node) inCluster() bool { return n.reachable() && n.State.KnownNodes > 1 }
+
+func names(ns []*Node) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.Name
+	}
+	return out
+}
+
+// leavingPrimaries are the primaries to drain: Leaving ones and those of departing shards.
+func (v view) leavingPrimaries() []string {
+	var out []string
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		if n.primaryWithSlots() && (n.Lifecycle == Leaving || n.Shard >= v.Shards) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}

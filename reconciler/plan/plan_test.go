@@ -1,0 +1,295 @@
+package plan_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gomomento/valkey-operator/reconciler/plan"
+	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// srv describes one ValkeyNode and, when its pod is ready, its server.
+type srv struct {
+	name, of  string // of: the primary's name for a replica ("" = primary)
+	ofID      string // the primary's ID when it is no longer any node's (default: of's ID)
+	shard     int
+	slots     string // "0-8191" (primaries)
+	life      string // default Active
+	pod       plan.Pod
+	alone     bool   // reachable but knows nobody (new, or restarted empty)
+	id        string // default "id-"+name
+	recorded  string // status.nodeID; default id
+	linkDown  bool
+	importing bool
+	unsched   string
+}
+
+// ghost is a node ID some servers still know: a dead node.
+type ghost struct {
+	id, slots, flags string // flags e.g. "master,fail"
+}
+
+// observed builds what a pass observes: every reachable, non-alone server sees the others and
+// the ghosts, through valkeyops' own CLUSTER NODES parser.
+func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost) plan.Observed {
+	t.Helper()
+	o := plan.Observed{Shards: shards, Replicas: replicas}
+	id := func(s srv) string {
+		if s.id != "" {
+			return s.id
+		}
+		return "id-" + s.name
+	}
+	byName := map[string]srv{}
+	for _, s := range servers {
+		byName[s.name] = s
+	}
+	line := func(s srv, self bool) string {
+		flags, primary := "master", "-"
+		if s.of != "" {
+			flags, primary = "slave", id(byName[s.of])
+			if s.ofID != "" {
+				primary = s.ofID
+			}
+		}
+		if self {
+			flags = "myself," + flags
+		}
+		slots := s.slots
+		if self && s.importing {
+			slots += " [5->-id-other]"
+		}
+		return fmt.Sprintf("%s 10.0.0.1:6379@16379 %s %s 0 0 1 connected %s", id(s), flags, primary, slots)
+	}
+	for _, s := range servers {
+		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded}
+		if n.Lifecycle == "" {
+			n.Lifecycle = plan.Active
+		}
+		if n.RecordedID == "" {
+			n.RecordedID = id(s)
+		}
+		if s.pod == plan.PodReady {
+			var text []string
+			known := 1
+			text = append(text, line(s, true))
+			if !s.alone {
+				for _, other := range servers {
+					if other.name != s.name && other.pod == plan.PodReady && !other.alone {
+						text = append(text, line(other, false))
+						known++
+					}
+				}
+				for _, g := range ghosts {
+					text = append(text, fmt.Sprintf("%s 10.0.0.9:6379@16379 %s - 0 0 1 disconnected %s", g.id, g.flags, g.slots))
+					known++
+				}
+			}
+			view, err := valkeyops.ParseClusterNodes(strings.Join(text, "\n") + "\n")
+			require.NoError(t, err)
+			st := &valkeyops.NodeState{Node: valkeyops.Node{Name: s.name, Shard: s.shard}, Reachable: true, View: view, KnownNodes: known}
+			self := st.Self()
+			st.ID, st.Slots = self.ID, self.Slots
+			st.Role, st.LinkState = valkeyops.RolePrimary, "up"
+			if s.of != "" {
+				st.Role, st.PrimaryID = valkeyops.RoleReplica, self.PrimaryID
+				if s.linkDown {
+					st.LinkState = "down"
+				}
+			}
+			n.State = st
+		}
+		o.Nodes = append(o.Nodes, n)
+	}
+	return o
+}
+
+// formed2x1 is a healthy 2-shard cluster with one replica each.
+func formed2x1() []srv {
+	return []srv{
+		{name: "a0", shard: 0, slots: "0-8191"}, {name: "b0", shard: 0, of: "a0"},
+		{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+	}
+}
+
+func with(base []srv, edit func([]srv) []srv) []srv {
+	return edit(append([]srv(nil), base...))
+}
+
+func TestNext(t *testing.T) {
+	tests := []struct {
+		name string
+		obs  func(t *testing.T) plan.Observed
+		want plan.Action
+	}{
+		{"converged", func(t *testing.T) plan.Observed { return observed(t, 2, 1, formed2x1()) }, plan.Action{}},
+		{"replica pod deleted", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].pod = plan.PodLost; return s }),
+				ghost{id: "id-b0", flags: "slave,fail"})
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
+		{"lost replica is forgotten", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[1].pod, s[1].life = plan.PodLost, plan.Leaving
+				return append(s, srv{name: "c0", shard: 0, life: plan.Joining, alone: true})
+			}), ghost{id: "id-b0", flags: "slave,fail"})
+		}, plan.Action{Kind: plan.Forget, IDs: []string{"id-b0"}}},
+		{"forgotten node is deleted", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].pod, s[1].life = plan.PodLost, plan.Leaving; return s }))
+		}, plan.Action{Kind: plan.Delete, Node: "b0"}},
+		{"dead primary: replacement first", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].pod, s[0].life = plan.PodLost, plan.Leaving; return s }),
+				ghost{id: "id-a0", flags: "master,fail", slots: "0-8191"})
+		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
+		{"dead primary of two: too few to elect, its replica takes over", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0].pod, s[0].life = plan.PodGone, plan.Leaving
+				return append(s, srv{name: "c0", shard: 0, life: plan.Joining, alone: true})
+			}), ghost{id: "id-a0", flags: "master", slots: "0-8191"})
+		}, plan.Action{Kind: plan.Takeover, Node: "b0"}},
+		{"crashed primary of two, flagged failing: its replica takes over", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0].pod, s[0].life = plan.PodLost, plan.Leaving
+				return append(s, srv{name: "c0", shard: 0, life: plan.Joining, alone: true})
+			}), ghost{id: "id-a0", flags: "master,fail?", slots: "0-8191"})
+		}, plan.Action{Kind: plan.Takeover, Node: "b0"}},
+		{"terminating primary of two, still answering: no takeover yet", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0].pod, s[0].life = plan.PodLost, plan.Leaving
+				return append(s, srv{name: "c0", shard: 0, life: plan.Joining, alone: true})
+			}), ghost{id: "id-a0", flags: "master", slots: "0-8191"})
+		}, plan.Action{Kind: plan.Wait}},
+		{"dead primary of three: wait for Valkey's own failover", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, []srv{
+				{name: "a0", shard: 0, pod: plan.PodLost, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0"},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "a2", shard: 2, slots: "10923-16383"}, {name: "b2", shard: 2, of: "a2"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			}, ghost{id: "id-a0", flags: "master,fail", slots: "0-5460"})
+		}, plan.Action{Kind: plan.Wait}},
+		{"dead primary without a replica waits too", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 0, []srv{
+				{name: "a0", shard: 0, pod: plan.PodLost, life: plan.Leaving},
+				{name: "a1", shard: 1, slots: "8192-16383"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			}, ghost{id: "id-a0", flags: "master,fail", slots: "0-8191"})
+		}, plan.Action{Kind: plan.Wait, Warning: true}},
+		{"a primary whose pod is terminating is left to Valkey's failover", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, []srv{
+				{name: "a0", shard: 0, pod: plan.PodLost, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0"},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "a2", shard: 2, slots: "10923-16383"}, {name: "b2", shard: 2, of: "a2"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			}, ghost{id: "id-a0", flags: "master", slots: "0-5460"}) // still answering its peers
+		}, plan.Action{Kind: plan.Wait}},
+		{"after failover the dead primary is forgotten", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0].pod, s[0].life = plan.PodLost, plan.Leaving
+				s[1].of, s[1].slots = "", "0-8191"
+				return append(s, srv{name: "c0", shard: 0, life: plan.Joining, alone: true})
+			}), ghost{id: "id-a0", flags: "master,fail"})
+		}, plan.Action{Kind: plan.Forget, IDs: []string{"id-a0"}}},
+		{"replacement joins its shard", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0] = srv{name: "c0", shard: 0, life: plan.Joining, alone: true}
+				s[1].of, s[1].slots = "", "0-8191"
+				return s
+			}))
+		}, plan.Action{Kind: plan.Replicate, Node: "c0"}},
+		{"attached replacement becomes Active", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0] = srv{name: "c0", shard: 0, life: plan.Joining, of: "b0"}
+				s[1].of, s[1].slots = "", "0-8191"
+				return s
+			}))
+		}, plan.Action{Kind: plan.MarkActive, Nodes: []string{"c0"}}},
+		{"replica whose link is down is re-attached", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].linkDown = true; return s }))
+		}, plan.Action{Kind: plan.Replicate, Node: "b0"}},
+		{"primary restarted empty in place: its replica takes over first", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0].id, s[0].slots, s[0].alone = "id-a0-new", "", true
+				s[0].recorded = "id-a0"
+				s[1].ofID, s[1].linkDown = "id-a0", true
+				return s
+			}), ghost{id: "id-a0", flags: "master,fail?", slots: "0-8191"})
+		}, plan.Action{Kind: plan.Takeover, Node: "b0"}},
+		{"restarted empty in place: old ID forgotten", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[1].id, s[1].of, s[1].alone = "id-b0-new", "", true
+				s[1].recorded = "id-b0"
+				return s
+			}), ghost{id: "id-b0", flags: "slave,fail"})
+		}, plan.Action{Kind: plan.Forget, IDs: []string{"id-b0"}}},
+		{"restarted empty in place: rejoins as replica", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[1].id, s[1].of, s[1].alone = "id-b0-new", "", true
+				return s
+			}))
+		}, plan.Action{Kind: plan.Replicate, Node: "b0"}},
+		{"scale-out creates the new shard's nodes", func(t *testing.T) plan.Observed { return observed(t, 3, 1, formed2x1()) },
+			plan.Action{Kind: plan.CreateNodes, Shards: []int{2, 2}}},
+		{"scale-out waits for pods", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting},
+				srv{name: "b2", shard: 2, life: plan.Joining, alone: true}))
+		}, plan.Action{Kind: plan.Wait}},
+		{"unschedulable pod warns", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, unsched: "0/6 nodes are available"},
+				srv{name: "b2", shard: 2, life: plan.Joining, alone: true}))
+		}, plan.Action{Kind: plan.Wait, Warning: true}},
+		{"scale-out joins the new shard", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining, alone: true},
+				srv{name: "b2", shard: 2, life: plan.Joining, alone: true}))
+		}, plan.Action{Kind: plan.Join}},
+		{"scale-out moves slots to the joined shard", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining},
+				srv{name: "b2", shard: 2, life: plan.Joining, of: "a2"}))
+		}, plan.Action{Kind: plan.Rebalance}},
+		{"scale-out ends with the new nodes Active", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, []srv{
+				{name: "a0", shard: 0, slots: "0-5460"}, {name: "b0", shard: 0, of: "a0"},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "a2", shard: 2, slots: "10923-16383", life: plan.Joining}, {name: "b2", shard: 2, of: "a2", life: plan.Joining},
+			})
+		}, plan.Action{Kind: plan.MarkActive, Nodes: []string{"a2", "b2"}}},
+		{"slots within 1% are balanced", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 0, []srv{{name: "a0", shard: 0, slots: "0-8250"}, {name: "a1", shard: 1, slots: "8251-16383"}})
+		}, plan.Action{}},
+		{"scale-in drains the departing shard", func(t *testing.T) plan.Observed {
+			return observed(t, 1, 1, formed2x1())
+		}, plan.Action{Kind: plan.Rebalance, Nodes: []string{"a1"}}},
+		{"scale-in marks the drained shard Leaving", func(t *testing.T) plan.Observed {
+			return observed(t, 1, 1, with(formed2x1(), func(s []srv) []srv { s[0].slots, s[2].slots = "0-16383", ""; return s }))
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"a1", "b1"}}},
+		{"half-finished scale-in removes replicas first", func(t *testing.T) plan.Observed {
+			return observed(t, 1, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0].slots, s[2].slots = "0-16383", ""
+				s[2].life, s[3].life = plan.Leaving, plan.Leaving
+				return s
+			}))
+		}, plan.Action{Kind: plan.Remove, Node: "b1"}},
+		{"leaving primary still holding slots is drained", func(t *testing.T) plan.Observed {
+			return observed(t, 1, 1, with(formed2x1(), func(s []srv) []srv { s[2].life, s[3].life = plan.Leaving, plan.Leaving; return s }))
+		}, plan.Action{Kind: plan.Rebalance, Nodes: []string{"a1"}}},
+		{"open slots are finished first", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[2].importing = true; return s }))
+		}, plan.Action{Kind: plan.Rebalance}},
+		{"replica scale-down never takes a primary", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 0, formed2x1())
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0", "b1"}}},
+		{"replica scale-up", func(t *testing.T) plan.Observed { return observed(t, 2, 2, formed2x1()) },
+			plan.Action{Kind: plan.CreateNodes, Shards: []int{0, 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := plan.Next(tt.obs(t))
+			if got.Kind != plan.None {
+				assert.NotEmpty(t, got.Reason, "every action says why")
+			}
+			got.Reason = ""
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}

@@ -1,0 +1,313 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+// The rules of Next, in its order. Each returns its action and true when it applies.
+
+func resumeMoves(v view) (Action, bool) {
+	for _, n := range v.reachable {
+		if self := n.State.Self(); self != nil && (len(self.Importing) > 0 || len(self.Migrating) > 0) {
+			return Action{Kind: Rebalance, Nodes: v.leavingPrimaries(), Reason: "slots left open on " + n.Name + " by an interrupted move"}, true
+		}
+	}
+	for i := range v.Nodes {
+		if n := &v.Nodes[i]; n.Lifecycle == Leaving && n.primaryWithSlots() {
+			return Action{Kind: Rebalance, Nodes: v.leavingPrimaries(), Reason: "draining the slots of leaving " + n.Name}, true
+		}
+	}
+	return Action{}, false
+}
+
+// failing reports whether a reachable server flags id as failing: its process has not
+// answered for a node timeout.
+func (v view) failing(id string) bool {
+	for _, o := range v.reachable {
+		if peer := o.State.Peer(id); peer != nil && peer.Failing() {
+			return true
+		}
+	}
+	return false
+}
+
+// canElect reports whether the slot-holding primaries other than dead are a majority of all
+// slot-holding primaries: only then can Valkey elect a replica of dead by itself.
+func (v view) canElect(dead string) bool {
+	alive := 0
+	for id := range v.owners {
+		if id != dead && v.ids[id] != nil {
+			alive++
+		}
+	}
+	return 2*alive > len(v.owners)
+}
+
+// leavingID is the Valkey ID a Leaving node has or had, and whether another server knows it.
+func (v view) leavingID(n *Node) (string, bool) {
+	id := n.RecordedID
+	if n.reachable() {
+		id = n.State.ID
+	}
+	for _, o := range v.reachable {
+		if o != n && id != "" && o.State.Peer(id) != nil {
+			return id, true
+		}
+	}
+	return id, false
+}
+
+func retireLeaving(v view) (Action, bool) {
+	var leaving []*Node
+	for i := range v.Nodes {
+		if v.Nodes[i].Lifecycle == Leaving {
+			leaving = append(leaving, &v.Nodes[i])
+		}
+	}
+	// Replicas leave before the primary they follow.
+	replica := func(n *Node) bool { return n.reachable() && n.State.Role == valkeyops.RoleReplica }
+	sort.SliceStable(leaving, func(i, j int) bool { return replica(leaving[i]) && !replica(leaving[j]) })
+	for _, n := range leaving {
+		id, known := v.leavingID(n)
+		switch {
+		case n.reachable() && known:
+			return Action{Kind: Remove, Node: n.Name, Reason: n.Name + " is leaving"}, true
+		case known && v.owners[id] > 0:
+			continue // a lost primary: waitFailover
+		case known:
+			return Action{Kind: Forget, IDs: []string{id}, Reason: "forgetting " + n.Name + " (" + id + ")"}, true
+		default:
+			return Action{Kind: Delete, Node: n.Name, Reason: n.Name + " left the cluster"}, true
+		}
+	}
+	return Action{}, false
+}
+
+// waitFailover guards every shard whose slots are still owned, in the servers' views, by an
+// ID no reachable server has any more (its primary was lost, or restarted empty). Nothing
+// else happens to the cluster until a replica owns those slots: Valkey's own failover
+// promotes one when a majority of primaries survives; otherwise the best replica takes over,
+// but only once the old primary is surely gone (its pod deleted, or flagged failing by its
+// peers), never while it may still serve.
+func waitFailover(v view) (Action, bool) {
+	var dead []string
+	for id := range v.owners {
+		if v.ids[id] == nil {
+			dead = append(dead, id)
+		}
+	}
+	sort.Strings(dead)
+	for _, id := range dead {
+		name, gone := id, false
+		for i := range v.Nodes {
+			if n := &v.Nodes[i]; n.RecordedID == id {
+				name, gone = n.Name, n.Pod == PodGone
+			}
+		}
+		var best *Node
+		for _, o := range v.reachable {
+			if o.State.Role == valkeyops.RoleReplica && o.State.PrimaryID == id && (best == nil || o.State.ReplOffset > best.State.ReplOffset) {
+				best = o
+			}
+		}
+		switch {
+		case best == nil:
+			return Action{Kind: Wait, Warning: true, Reason: fmt.Sprintf("lost %s held %d slots and had no replica: the data of those slots is lost, and the operator does not yet reassign them", name, v.owners[id])}, true
+		case !v.canElect(id) && (gone || v.failing(id)):
+			return Action{Kind: Takeover, Node: best.Name, Reason: fmt.Sprintf("lost %s: too few primaries survive to elect %s, which takes over", name, best.Name)}, true
+		default:
+			return Action{Kind: Wait, Reason: "waiting for a replica to take over the slots of lost " + name}, true
+		}
+	}
+	return Action{}, false
+}
+
+func dropLost(v view) (Action, bool) {
+	var lost []*Node
+	for _, n := range v.live {
+		if n.lost() {
+			lost = append(lost, n)
+		}
+	}
+	if len(lost) == 0 {
+		return Action{}, false
+	}
+	return Action{Kind: MarkLeaving, Nodes: names(lost), Reason: fmt.Sprintf("pod of %v lost; a replacement follows", names(lost))}, true
+}
+
+func createMissing(v view) (Action, bool) {
+	var shards []int
+	for s := 0; s < v.Shards; s++ {
+		for c := len(v.byShard[s]); c < 1+v.Replicas; c++ {
+			shards = append(shards, s)
+		}
+	}
+	if len(shards) == 0 {
+		return Action{}, false
+	}
+	return Action{Kind: CreateNodes, Shards: shards, Reason: fmt.Sprintf("%d node(s) missing", len(shards))}, true
+}
+
+func waitStarting(v view) (Action, bool) {
+	for _, n := range v.live {
+		if n.Pod != PodStarting && n.reachable() {
+			continue
+		}
+		if n.Unschedulable != "" {
+			return Action{Kind: Wait, Warning: true, Reason: "pod " + n.Name + " cannot be scheduled: " + n.Unschedulable}, true
+		}
+		return Action{Kind: Wait, Reason: n.Name + " is starting"}, true
+	}
+	return Action{}, false
+}
+
+// forgetDead forgets IDs that servers flag as failed and that belong to no live node. A
+// failed ID that still owns slots is left to Valkey's own failover: forgetting it would
+// orphan them.
+func forgetDead(v view) (Action, bool) {
+	alive := map[string]bool{}
+	for _, n := range v.live {
+		if n.reachable() {
+			alive[n.State.ID] = true
+		} else if n.RecordedID != "" {
+			alive[n.RecordedID] = true
+		}
+	}
+	var dead []string
+	seen := map[string]bool{}
+	for _, n := range v.reachable {
+		for _, peer := range n.State.View {
+			if alive[peer.ID] || seen[peer.ID] || v.owners[peer.ID] > 0 || !(peer.Failing() || peer.HasFlag("noaddr")) {
+				continue
+			}
+			seen[peer.ID] = true
+			dead = append(dead, peer.ID)
+		}
+	}
+	if len(dead) == 0 {
+		return Action{}, false
+	}
+	sort.Strings(dead)
+	return Action{Kind: Forget, IDs: dead, Reason: fmt.Sprintf("forgetting %d failed node(s) that are gone", len(dead))}, true
+}
+
+// joined reports whether every node of a shard is in the cluster, one of them primary and
+// the others its linked replicas: what Join (Bootstrap) leaves behind for a new shard.
+func (v view) joined(shard int) bool {
+	var primary *Node
+	for _, n := range v.byShard[shard] {
+		if !n.inCluster() {
+			return false
+		}
+		if n.State.Role == valkeyops.RolePrimary {
+			if primary != nil {
+				return false
+			}
+			primary = n
+		}
+	}
+	if primary == nil {
+		return false
+	}
+	for _, n := range v.byShard[shard] {
+		if n != primary && (n.State.PrimaryID != primary.State.ID || n.State.LinkState != "up") {
+			return false
+		}
+	}
+	return true
+}
+
+func joinNew(v view) (Action, bool) {
+	for s := 0; s < v.Shards; s++ {
+		if v.primaryOf(s) == nil && !v.joined(s) {
+			return Action{Kind: Join, Reason: fmt.Sprintf("shard %d joins the cluster", s)}, true
+		}
+	}
+	for _, n := range v.live {
+		p := v.primaryOf(n.Shard)
+		if p == nil || n == p {
+			continue
+		}
+		if !n.inCluster() || n.State.Role != valkeyops.RoleReplica || n.State.PrimaryID != p.State.ID || n.State.LinkState != "up" {
+			return Action{Kind: Replicate, Node: n.Name, Reason: fmt.Sprintf("%s joins shard %d as a replica", n.Name, n.Shard)}, true
+		}
+	}
+	return Action{}, false
+}
+
+func (v view) primaryOf(shard int) *Node {
+	for _, n := range v.byShard[shard] {
+		if n.primaryWithSlots() {
+			return n
+		}
+	}
+	return nil
+}
+
+// balance moves slots when a departing shard still holds some, or when the slot-holding
+// primaries of the kept shards differ by more than 1% of the slots.
+func balance(v view) (Action, bool) {
+	if leaving := v.leavingPrimaries(); len(leaving) > 0 {
+		return Action{Kind: Rebalance, Nodes: leaving, Reason: fmt.Sprintf("draining departing %v", leaving)}, true
+	}
+	lo, hi := valkeyops.SlotCount, 0
+	for s := 0; s < v.Shards; s++ {
+		c := 0
+		if p := v.primaryOf(s); p != nil {
+			c = valkeyops.CountSlots(p.State.Slots)
+		}
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	if hi-lo > valkeyops.SlotCount/100 {
+		return Action{Kind: Rebalance, Reason: fmt.Sprintf("slots uneven across primaries (%d..%d)", lo, hi)}, true
+	}
+	return Action{}, false
+}
+
+func markDeparting(v view) (Action, bool) {
+	var out []*Node
+	for _, n := range v.live {
+		if n.Shard >= v.Shards {
+			out = append(out, n)
+		}
+	}
+	for s := 0; s < v.Shards; s++ {
+		members := v.byShard[s]
+		surplus := len(members) - (1 + v.Replicas)
+		// Joining nodes go first, then replicas by name; a primary never.
+		cands := append([]*Node(nil), members...)
+		sort.SliceStable(cands, func(i, j int) bool {
+			return cands[i].Lifecycle == Joining && cands[j].Lifecycle != Joining
+		})
+		for _, n := range cands {
+			if surplus <= 0 {
+				break
+			}
+			if n.primaryWithSlots() {
+				continue
+			}
+			out = append(out, n)
+			surplus--
+		}
+	}
+	if len(out) == 0 {
+		return Action{}, false
+	}
+	return Action{Kind: MarkLeaving, Nodes: names(out), Reason: fmt.Sprintf("%v no longer in the topology", names(out))}, true
+}
+
+func activateJoined(v view) (Action, bool) {
+	var out []*Node
+	for _, n := range v.live {
+		if n.Lifecycle != Active && n.inCluster() {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		return Action{}, false
+	}
+	return Action{Kind: MarkActive, Nodes: names(out), Reason: fmt.Sprintf("%v joined", names(out))}, true
+}

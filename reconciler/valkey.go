@@ -1,0 +1,84 @@
+package reconciler
+
+import (
+	"context"
+	"net"
+	"strconv"
+
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/tlscheck"
+	"github.com/gomomento/valkey-operator/valkeyops"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Valkey is the reconciler's one boundary with the Valkey servers. A pass that needs Valkey
+// connects once and then calls the cluster's client; it speaks valkeyops' own types, so an
+// operation needs no translation layer: adding a day-2 operation (Rebalance, Failover,
+// Forget, ApplyACL, ReloadTLS, ...) is one more method on ValkeyClient, already implemented
+// by *valkeyops.Admin. Pure functions (valkeyops.Health, valkeyops.RenderACL) are called
+// directly, never through this interface, so a test double cannot replace them.
+type Valkey interface {
+	// Connect returns the client of one cluster. Implementations pool clients per cluster
+	// and keep one until the credentials' Token changes.
+	Connect(ctx context.Context, cluster types.NamespacedName, cred valkeyops.Credentials) (ValkeyClient, error)
+	// Release drops a cluster's pooled connections (it was deleted).
+	Release(cluster types.NamespacedName)
+}
+
+// ValkeyClient is what the reconciler does to one cluster's servers.
+type ValkeyClient interface {
+	// Bootstrap forms the cluster from nodes grouped by their Shard; idempotent.
+	Bootstrap(ctx context.Context, nodes []valkeyops.Node, shards int) error
+	// Observe snapshots every node's own view; unreachable nodes are in it, never dropped.
+	Observe(ctx context.Context, nodes []valkeyops.Node) (*valkeyops.Snapshot, error)
+	// Replicate makes node name a replica of its shard's slot-holding primary (MEET first).
+	Replicate(ctx context.Context, nodes []valkeyops.Node, name string, shard int) error
+	// Rebalance moves slots with their keys to an even share, draining the primaries named
+	// in leaving; it first finishes any move an earlier run left open.
+	Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) error
+	// RemoveNode resets a node that holds no slots and makes every other node forget it.
+	RemoveNode(ctx context.Context, nodes []valkeyops.Node, name string) error
+	// Takeover promotes a replica without a vote (its primary is gone and too few primaries
+	// survive to elect it).
+	Takeover(ctx context.Context, nodes []valkeyops.Node, replica string) error
+	// Forget makes every reachable node forget the given node IDs.
+	Forget(ctx context.Context, nodes []valkeyops.Node, ids []string) error
+}
+
+// PoolValkey is the production Valkey: a valkeyops.Pool keyed by cluster.
+type PoolValkey struct{ Pool *valkeyops.Pool }
+
+var _ ValkeyClient = (*valkeyops.Admin)(nil)
+
+// Connect returns the cluster's pooled admin client.
+func (v PoolValkey) Connect(ctx context.Context, cluster types.NamespacedName, cred valkeyops.Credentials) (ValkeyClient, error) {
+	adm, err := v.Pool.Connect(ctx, cluster.String(), cred)
+	if err != nil {
+		return nil, err // never a typed nil inside the interface
+	}
+	return adm, nil
+}
+
+// Release closes the cluster's pooled connections.
+func (v PoolValkey) Release(cluster types.NamespacedName) { v.Pool.Release(cluster.String()) }
+
+// credentials says how the operator logs in to a cluster's servers: as its own ACL user
+// with the generated password and, with TLS, verifying each server against the cluster CA
+// under the Service name while presenting the cluster certificate (servers that demand
+// client certificates accept the operator).
+func (p *pass) credentials() valkeyops.Credentials {
+	c := valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: p.operatorPassword}
+	if p.tlsData != nil {
+		c.CA = p.tlsData[tlscheck.KeyCA]
+		c.Cert = p.tlsData[tlscheck.KeyCert]
+		c.Key = p.tlsData[tlscheck.KeyKey]
+		c.ServerName = tlscheck.ServiceName(p.key.Name, p.key.Namespace)
+	}
+	return c
+}
+
+// valkeyNode is how valkeyops addresses a member: its ValkeyNode name, the pod IP on the
+// client port, and the shard its fixed spec assigns it.
+func valkeyNode(name, podIP string, shard int) valkeyops.Node {
+	return valkeyops.Node{Name: name, Addr: net.JoinHostPort(podIP, strconv.Itoa(render.ClientPort)), Shard: shard}
+}

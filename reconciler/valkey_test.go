@@ -1,0 +1,26 @@
+package reconciler_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestNoPasswordNoConnection: the production boundary refuses to build a client without the
+// operator's password, before anything is dialled (auth is mandatory).
+func TestNoPasswordNoConnection(t *testing.T) {
+	pool := valkeyops.NewPool(nil, nil)
+	defer pool.Close()
+	v := reconciler.PoolValkey{Pool: pool}
+	c, err := v.Connect(context.Background(), types.NamespacedName{Namespace: "n", Name: "c"},
+		valkeyops.Credentials{Username: valkeyops.OperatorUser})
+	require.Error(t, err, "auth is mandatory")
+	assert.True(t, errors.Is(err, valkeyops.ErrAuthRequired), "typed error, got %v", err)
+	assert.True(t, c == nil, "no client, and no typed nil inside the interface") // assert.Nil would accept a typed nil
+}
