@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"fmt"
+	"os/exec"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gomomento/valkey-operator/devcluster/dockernet"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -53,6 +55,50 @@ func (n *ns) nodeStatuses(cluster string) ([]nodeStatus, error) {
 	return out, nil
 }
 
+// nodeWithRole names the first ValkeyNode whose server has role (primary|replica).
+func (n *ns) nodeWithRole(cluster, role string) string {
+	n.t.Helper()
+	nodes, err := n.nodeStatuses(cluster)
+	require.NoError(n.t, err)
+	for _, s := range nodes {
+		if s.role == role {
+			return s.name
+		}
+	}
+	n.t.Fatalf("no %s among %v", role, nodes)
+	return ""
+}
+
+// waitRetired waits until the ValkeyNode name is gone: replaced and retired.
+func (n *ns) waitRetired(cluster, name string) {
+	n.t.Helper()
+	n.eventually(2*time.Minute, time.Second, name+" retired", func() (bool, string, error) {
+		now, err := n.nodeStatuses(cluster)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, s := range now {
+			if s.name == name {
+				return false, fmt.Sprint(now), nil
+			}
+		}
+		return true, "", nil
+	})
+}
+
+// describeNodes lists name=lifecycle/role per node and counts the Active ones.
+func describeNodes(nodes []nodeStatus) (string, int) {
+	var desc []string
+	active := 0
+	for _, s := range nodes {
+		desc = append(desc, s.name+"="+s.lifecycle+"/"+s.role)
+		if s.lifecycle == "Active" {
+			active++
+		}
+	}
+	return strings.Join(desc, " "), active
+}
+
 // waitConverged waits until the cluster has exactly want ValkeyNodes, all Active, as many
 // pods with IPs, and valkey-cli --cluster check finds all slots covered and agreed.
 func (n *ns) waitConverged(cluster string, want int, timeout time.Duration) {
@@ -63,17 +109,10 @@ func (n *ns) waitConverged(cluster string, want int, timeout time.Duration) {
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		var desc []string
-		active := 0
-		for _, s := range nodes {
-			desc = append(desc, s.name+"="+s.lifecycle+"/"+s.role)
-			if s.lifecycle == "Active" {
-				active++
-			}
-		}
+		desc, active := describeNodes(nodes)
 		ips := n.podIPs(cluster)
 		if len(nodes) != want || active != want || len(ips) != want {
-			return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), strings.Join(desc, " ")), nil
+			return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), desc), nil
 		}
 		out, err := clusterCheck(ips[0]+":6379", password)
 		if err != nil || !strings.Contains(out, "[OK] All 16384 slots covered.") || strings.Contains(out, "[ERR]") ||
@@ -211,32 +250,122 @@ func TestDay2LostPodsAreReplaced(t *testing.T) {
 	w, watch := day2(t, n, cluster, 2, 1)
 
 	for _, role := range []string{"replica", "primary"} {
-		nodes, err := n.nodeStatuses(cluster)
-		require.NoError(t, err)
-		victim := ""
-		for _, s := range nodes {
-			if s.role == role {
-				victim = s.name
-				break
-			}
-		}
-		require.NotEmpty(t, victim, "a %s among %v", role, nodes)
+		victim := n.nodeWithRole(cluster, role)
 		start := time.Now()
 		n.kubectl("delete", "pod", victim, "--wait=false")
-		n.eventually(2*time.Minute, time.Second, victim+" replaced", func() (bool, string, error) {
-			now, err := n.nodeStatuses(cluster)
-			if err != nil {
-				return false, err.Error(), nil
-			}
-			for _, s := range now {
-				if s.name == victim {
-					return false, fmt.Sprint(now), nil
-				}
-			}
-			return true, "", nil
-		})
+		n.waitRetired(cluster, victim)
 		n.waitConverged(cluster, 4, 2*time.Minute)
 		t.Logf("e2e: lost %s pod healed in %.1fs", role, time.Since(start).Seconds())
 	}
 	finishDay2(t, w, watch, "replacing lost pods")
+}
+
+// killContainer SIGKILLs the running container of a pod: a crash, not a graceful stop.
+func (n *ns) killContainer(pod string) {
+	n.t.Helper()
+	ids := strings.Fields(n.docker("ps", "-q",
+		"--filter", "label="+dockernet.LabelInstance+"="+suite.env.Instance,
+		"--filter", "label="+dockernet.LabelPodNamespace+"="+n.name,
+		"--filter", "label="+dockernet.LabelPodName+"="+pod))
+	require.Len(n.t, ids, 1, "one running container for pod %s", pod)
+	n.docker("kill", "--signal", "KILL", ids[0])
+}
+
+func (n *ns) docker(args ...string) string {
+	n.t.Helper()
+	ctx, cancel := ctxTimeout(30 * time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	require.NoError(n.t, err, "docker %v: %s", args, out)
+	return string(out)
+}
+
+// TestDay2PrimaryCrash SIGKILLs a primary's container in a 3x1 cluster while a writer waits
+// for one replica to confirm each write (WAIT 1). The pod is not restarted in place (it would
+// come back empty under its old identity); Valkey's own failover promotes the replica and the
+// operator replaces the node. Every write a replica had confirmed survives.
+func TestDay2PrimaryCrash(t *testing.T) {
+	n := newNamespace(t, "e2e-crash")
+	const cluster = "crash"
+	applyMenu(n)
+	n.applyCluster(cluster, 3, 1)
+	n.waitState(cluster, "Active", 3*time.Minute)
+	n.waitConverged(cluster, 6, 2*time.Minute)
+	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
+	w := loadgen.Start(c, loadgen.Options{Prefix: "crash:", Replicas: 1, Pace: time.Millisecond})
+	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
+		return w.Acked() >= 200, fmt.Sprintf("%d acknowledged", w.Acked()), nil
+	})
+	watch := n.watchState(cluster)
+
+	victim := n.nodeWithRole(cluster, "primary")
+	start := time.Now()
+	n.killContainer(victim)
+	n.waitRetired(cluster, victim)
+	n.waitConverged(cluster, 6, 2*time.Minute)
+	t.Logf("e2e: crashed primary healed in %.1fs", time.Since(start).Seconds())
+
+	res := w.Stop()
+	ctx, cancel := ctxTimeout(2 * time.Minute)
+	defer cancel()
+	lost, first := loadgen.Missing(ctx, c, "crash:", res.Acked)
+	t.Logf("e2e: primary crash: writes replica-acknowledged=%d unconfirmed=%d rejected=%d lost=%d longest-pause=%s",
+		len(res.Acked), res.Unconfirmed, res.Failed, lost, res.MaxPause.Round(time.Millisecond))
+	assert.Zero(t, lost, "replica-acknowledged writes lost in the crash; first: %v", first)
+	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout the crash")
+}
+
+// TestDay2OperatorKilledDuringScaleOut SIGKILLs the operator while it scales 2 -> 3 shards, as
+// soon as the new shard's nodes exist, and starts a new one: it finishes the scale-out with
+// no slot left open, no node doubled and no acknowledged write lost.
+func TestDay2OperatorKilledDuringScaleOut(t *testing.T) {
+	n := newNamespace(t, "e2e-opkill")
+	const cluster = "opkill"
+	w, watch := day2(t, n, cluster, 2, 1)
+
+	n.patchTopology(cluster, 3, 1)
+	n.eventually(time.Minute, 50*time.Millisecond, "the new shard's nodes exist", func() (bool, string, error) {
+		nodes, err := n.nodeStatuses(cluster)
+		return err == nil && len(nodes) > 4, fmt.Sprint(nodes), nil
+	})
+	crashAndRestart(t)
+	n.waitConverged(cluster, 6, 3*time.Minute)
+
+	nodes, err := n.valkeyNodes(cluster)
+	require.NoError(t, err)
+	perShard := map[string]int{}
+	for _, u := range nodes {
+		perShard[u.GetLabels()["valkey.gomomento.com/shard"]]++
+	}
+	assert.Equal(t, map[string]int{"0": 2, "1": 2, "2": 2}, perShard, "no shard doubled")
+	finishDay2(t, w, watch, "an operator SIGKILL during scale-out")
+}
+
+// TestDay2UnschedulableScaleStalls: a replica increase whose pods cannot be placed (every
+// node cordoned) stalls with a Warning Event while the cluster keeps serving as it was, and
+// finishes by itself once the pods fit.
+func TestDay2UnschedulableScaleStalls(t *testing.T) {
+	n := newNamespace(t, "e2e-stall")
+	const cluster = "stall"
+	w, watch := day2(t, n, cluster, 2, 1)
+
+	nodes := strings.Fields(n.kubectl("get", "nodes", "-o", "name"))
+	require.NotEmpty(t, nodes)
+	uncordon := func() {
+		for _, node := range nodes {
+			_, _ = kubectlRun("", "uncordon", node)
+		}
+	}
+	t.Cleanup(uncordon)
+	for _, node := range nodes {
+		n.kubectl("cordon", node)
+	}
+	n.patchTopology(cluster, 2, 2)
+	n.eventually(time.Minute, time.Second, "a TopologyStalled Warning Event", func() (bool, string, error) {
+		out := n.kubectl("get", "events", "--field-selector", "reason=TopologyStalled", "-o", "name")
+		return strings.TrimSpace(out) != "", out, nil
+	})
+	uncordon()
+	n.waitConverged(cluster, 6, 3*time.Minute)
+	finishDay2(t, w, watch, "a stalled, then resumed, replica increase")
 }

@@ -49,20 +49,12 @@ func TestExampleClusterLifecycle(t *testing.T) {
 
 	// Every ValkeyNode reports Active (they may trail the cluster's flip by a write).
 	n.eventually(time.Minute, 500*time.Millisecond, "6 ValkeyNodes Active", func() (bool, string, error) {
-		nodes, err := n.valkeyNodes(cluster)
+		nodes, err := n.nodeStatuses(cluster)
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		var states []string
-		active := 0
-		for _, vn := range nodes {
-			l, _, _ := unstructured.NestedString(vn.Object, "status", "lifecycle")
-			states = append(states, vn.GetName()+"="+l)
-			if l == "Active" {
-				active++
-			}
-		}
-		return len(nodes) == 6 && active == 6, strings.Join(states, " "), nil
+		desc, active := describeNodes(nodes)
+		return len(nodes) == 6 && active == 6, desc, nil
 	})
 
 	t.Run("printer columns", func(t *testing.T) {

@@ -37,6 +37,7 @@ var suite struct {
 	env      *devtest.Env
 	dyn      dynamic.Interface
 	operator *operator
+	bin, tmp string // the operator binary and the folder of its logs
 }
 
 func TestMain(m *testing.M) {
@@ -112,7 +113,7 @@ func run(m *testing.M) int {
 // withCluster installs the CRDs with kubectl, starts the operator and runs the tests; the
 // operator is stopped before the cluster goes away.
 func withCluster(m *testing.M, env *devtest.Env, bin, tmp string) int {
-	suite.env = env
+	suite.env, suite.bin, suite.tmp = env, bin, tmp
 	dyn, err := dynamic.NewForConfig(env.REST)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

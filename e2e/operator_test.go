@@ -10,12 +10,15 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/stretchr/testify/require"
 )
 
 // operator is the cmd/manager binary running as a real process against the dev cluster.
@@ -111,6 +114,18 @@ func (o *operator) stop() error {
 		<-o.exited
 		return errors.New("operator ignored SIGTERM for 40s; killed")
 	}
+}
+
+// crashAndRestart SIGKILLs the suite's operator (no shutdown of any kind) and starts a new
+// one in its place, logging to a file of its own.
+func crashAndRestart(t *testing.T) {
+	t.Helper()
+	old := suite.operator
+	require.NoError(t, old.cmd.Process.Kill())
+	<-old.exited
+	op, err := startOperator(suite.bin, suite.env.Kubeconfig, filepath.Join(suite.tmp, fmt.Sprintf("manager-%d.log", time.Now().UnixNano())))
+	require.NoError(t, err, "restarting the operator")
+	suite.operator = op
 }
 
 // tail returns the last n lines of the operator's log.

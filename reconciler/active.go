@@ -96,10 +96,13 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 }
 
 // podState classifies a pod for the planner: ready, still starting (with the scheduler's
-// reason when it cannot be placed), or lost (failed or being deleted: its data is gone).
+// reason when it cannot be placed), lost (being deleted: its data is going, its process may
+// still answer for a while) or gone (its container stopped for good; pods never restart).
 func podState(pod *corev1.Pod) (plan.Pod, string) {
 	switch {
-	case pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+		return plan.PodGone, ""
+	case pod.DeletionTimestamp != nil:
 		return plan.PodLost, ""
 	case pod.Status.Phase == corev1.PodRunning && pod.Status.PodIP != "" && podReady(pod):
 		return plan.PodReady, ""

@@ -156,8 +156,10 @@ func indexOf(nodes []Node, name string) int {
 
 func (a *Admin) observeOne(ctx context.Context, n Node) NodeState {
 	st := NodeState{Node: n}
+	// Three commands a node: an idle Active cluster is observed every few seconds, so each
+	// one counts (INFO takes several sections at once since Valkey 7).
 	res, err := a.multi(ctx, n, "observe", [][]string{
-		{"CLUSTER", "NODES"}, {"CLUSTER", "INFO"}, {"INFO", "replication"}, {"INFO", "server"},
+		{"CLUSTER", "NODES"}, {"CLUSTER", "INFO"}, {"INFO", "replication", "server"},
 	})
 	if err != nil {
 		st.Err = err
@@ -179,17 +181,16 @@ func (a *Admin) observeOne(ctx context.Context, n Node) NodeState {
 	st.Reachable = true
 	st.View = view
 	info := parseInfo(texts[1])
-	repl := parseInfo(texts[2])
-	server := parseInfo(texts[3])
+	node := parseInfo(texts[2]) // the replication and server sections
 	st.ClusterState = info["cluster_state"]
 	st.KnownNodes, _ = strconv.Atoi(info["cluster_known_nodes"])
 	st.SlotsAssigned, _ = strconv.Atoi(info["cluster_slots_assigned"])
 	st.CurrentEpoch, _ = strconv.ParseUint(info["cluster_current_epoch"], 10, 64)
-	st.ReplOffset, _ = strconv.ParseInt(repl["master_repl_offset"], 10, 64)
-	st.SyncInProgress = repl["master_sync_in_progress"] == "1"
-	st.Version = server["valkey_version"]
+	st.ReplOffset, _ = strconv.ParseInt(node["master_repl_offset"], 10, 64)
+	st.SyncInProgress = node["master_sync_in_progress"] == "1"
+	st.Version = node["valkey_version"]
 	if st.Version == "" {
-		st.Version = server["redis_version"]
+		st.Version = node["redis_version"]
 	}
 	if self := st.Self(); self != nil {
 		st.ID = self.ID
@@ -199,7 +200,7 @@ func (a *Admin) observeOne(ctx context.Context, n Node) NodeState {
 		if self.IsReplica() {
 			st.Role = RoleReplica
 			st.PrimaryID = self.PrimaryID
-			st.LinkState = repl["master_link_status"]
+			st.LinkState = node["master_link_status"]
 		} else {
 			st.Role = RolePrimary
 			st.LinkState = "up"

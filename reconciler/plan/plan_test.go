@@ -21,7 +21,7 @@ type srv struct {
 	pod       plan.Pod
 	alone     bool   // reachable but knows nobody (new, or restarted empty)
 	id        string // default "id-"+name
-	recorded  string // status.nodeID; default id
+	recorded  string // status.nodeID; default id, "-" for never observed
 	linkDown  bool
 	importing bool
 	unsched   string
@@ -69,8 +69,11 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		if n.Lifecycle == "" {
 			n.Lifecycle = plan.Active
 		}
-		if n.RecordedID == "" {
+		switch n.RecordedID {
+		case "":
 			n.RecordedID = id(s)
+		case "-": // never observed
+			n.RecordedID = ""
 		}
 		if s.pod == plan.PodReady {
 			var text []string
@@ -130,6 +133,9 @@ func TestNext(t *testing.T) {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].pod = plan.PodLost; return s }),
 				ghost{id: "id-b0", flags: "slave,fail"})
 		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
+		{"a new node whose server stopped before joining stalls with a warning", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 2, append(formed2x1(), srv{name: "c0", shard: 0, life: plan.Joining, pod: plan.PodGone, recorded: "-"}))
+		}, plan.Action{Kind: plan.Wait, Warning: true}},
 		{"lost replica is forgotten", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
 				s[1].pod, s[1].life = plan.PodLost, plan.Leaving

@@ -128,6 +128,11 @@ func waitFailover(v view) (Action, bool) {
 func dropLost(v view) (Action, bool) {
 	var lost []*Node
 	for _, n := range v.live {
+		if n.Lifecycle == Joining && n.Pod == PodGone && n.RecordedID == "" {
+			// It stopped before it ever answered: most likely a setting Valkey refuses at
+			// start-up. Replacing it would only repeat that, so wait for the user.
+			return Action{Kind: Wait, Warning: true, Reason: "the server of new node " + n.Name + " stopped before it joined (a setting Valkey refuses at start-up?); see `kubectl logs " + n.Name + "`, then delete that pod to retry"}, true
+		}
 		if n.lost() {
 			lost = append(lost, n)
 		}

@@ -209,7 +209,11 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 			NodeSelector:                 maps.Clone(s.Placement.NodeSelector),
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
-			RestartPolicy:                corev1.RestartPolicyAlways,
+			// A server that stops is never restarted in place. Its data is gone with the
+			// process, but its cluster identity (nodes.conf in the pod's emptyDir) is not: it
+			// would come back empty yet still owning its slots, and its replicas would copy
+			// the empty dataset. A stopped pod fails instead, and the operator replaces it.
+			RestartPolicy: corev1.RestartPolicyNever,
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot:   ptr.To(true),
 				RunAsUser:      ptr.To[int64](ValkeyUID),
