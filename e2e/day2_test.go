@@ -242,8 +242,9 @@ func TestDay2ReplicaScaling(t *testing.T) {
 	assert.Equal(t, primaries(before), primaries(after), "the primaries stay where they were")
 }
 
-// TestDay2LostPodsAreReplaced deletes a replica's pod, then a primary's: each lost node is
-// replaced by a new ValkeyNode with a new name, its dead ID forgotten, and the cluster heals.
+// TestDay2LostPodsAreReplaced deletes a replica's pod, then a primary's: the primary hands its
+// slots to its replica while its pod's preStop keeps it serving, each deleted node is replaced
+// by a new ValkeyNode with a new name, its ID is forgotten, and the cluster heals.
 func TestDay2LostPodsAreReplaced(t *testing.T) {
 	n := newNamespace(t, "e2e-heal")
 	const cluster = "heal"

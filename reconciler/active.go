@@ -41,10 +41,14 @@ const (
 func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 	p.members = nil
 	for _, n := range p.nodes {
-		if pod := p.pods[n.Name()]; pod != nil {
-			if st, _ := podState(pod); st == plan.PodReady {
-				p.members = append(p.members, valkeyNode(n.Name(), pod.Status.PodIP, n.Shard()))
-			}
+		pod := p.pods[n.Name()]
+		if pod == nil {
+			continue
+		}
+		// A pod being deleted keeps serving through its preStop: observe it so a primary can
+		// hand its slots over.
+		if st, _ := podState(pod); st == plan.PodReady || (st == plan.PodLost && pod.Status.PodIP != "" && pod.Status.Phase == corev1.PodRunning) {
+			p.members = append(p.members, valkeyNode(n.Name(), pod.Status.PodIP, n.Shard()))
 		}
 	}
 	if len(p.members) == 0 {
@@ -165,6 +169,8 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		return p.valkey.Rebalance(ctx, p.members, a.Nodes)
 	case plan.Remove:
 		return p.valkey.RemoveNode(ctx, p.members, a.Node)
+	case plan.Failover:
+		return p.valkey.Failover(ctx, p.members, a.Node)
 	case plan.Takeover:
 		return p.valkey.Takeover(ctx, p.members, a.Node)
 	case plan.Forget:

@@ -208,6 +208,7 @@ func (c *fakeClient) Replicate(context.Context, []valkeyops.Node, string, int) e
 }
 func (c *fakeClient) Rebalance(context.Context, []valkeyops.Node, []string) error { return c.write() }
 func (c *fakeClient) RemoveNode(context.Context, []valkeyops.Node, string) error  { return c.write() }
+func (c *fakeClient) Failover(context.Context, []valkeyops.Node, string) error    { return c.write() }
 func (c *fakeClient) Takeover(context.Context, []valkeyops.Node, string) error    { return c.write() }
 func (c *fakeClient) Forget(context.Context, []valkeyops.Node, []string) error    { return c.write() }
 

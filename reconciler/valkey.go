@@ -38,6 +38,8 @@ type ValkeyClient interface {
 	Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) error
 	// RemoveNode resets a node that holds no slots and makes every other node forget it.
 	RemoveNode(ctx context.Context, nodes []valkeyops.Node, name string) error
+	// Failover hands a primary's slots to its best in-sync replica (graceful CLUSTER FAILOVER).
+	Failover(ctx context.Context, nodes []valkeyops.Node, primary string) error
 	// Takeover promotes a replica without a vote (its primary is gone and too few primaries
 	// survive to elect it).
 	Takeover(ctx context.Context, nodes []valkeyops.Node, replica string) error

@@ -313,10 +313,12 @@ func (p *Provider) superviseContainer(ctx context.Context, st *podState, i int) 
 		term := p.terminatedState(ctx, id)
 		runFor := term.FinishedAt.Sub(term.StartedAt.Time)
 		st.mu.Lock()
-		policy := st.pod.Spec.RestartPolicy
+		policy, deleting := st.pod.Spec.RestartPolicy, st.deleting
 		st.mu.Unlock()
-		restart := policy == corev1.RestartPolicyAlways || policy == "" ||
-			(policy == corev1.RestartPolicyOnFailure && term.ExitCode != 0)
+		// A kubelet restarts no container of a pod being deleted (one may
+		// exit while its preStop hook runs).
+		restart := !deleting && (policy == corev1.RestartPolicyAlways || policy == "" ||
+			(policy == corev1.RestartPolicyOnFailure && term.ExitCode != 0))
 		if st.update(func() {
 			c := st.ctrs[i]
 			c.ready = false
@@ -344,6 +346,9 @@ func (p *Provider) superviseContainer(ctx context.Context, st *podState, i int) 
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 30*time.Second)
+		if st.isDeleting() {
+			return
+		}
 		if err := p.startContainer(ctx, st, i); err != nil {
 			log.G(ctx).WithField("pod", st.key).WithError(err).Warn("restart container")
 			continue
@@ -378,14 +383,32 @@ func (p *Provider) terminatedState(ctx context.Context, id string) *corev1.Conta
 	return term
 }
 
-// stopContainer stops container i gracefully; the supervisor then restarts
-// it (used for image changes and failed liveness probes).
+// stopContainer stops container i gracefully, as a kubelet kills a
+// container: its preStop hook first, then SIGTERM and SIGKILL once the rest
+// of the grace period is over. The supervisor then restarts it (used for
+// image changes and failed liveness probes).
 func (p *Provider) stopContainer(ctx context.Context, st *podState, i int, grace int) error {
+	timeout := p.preStop(ctx, st, i, grace)
 	st.mu.Lock()
 	id := st.ctrs[i].id
 	st.mu.Unlock()
-	_, err := p.shared.Docker.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &grace})
+	_, err := p.shared.Docker.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout})
 	return err
+}
+
+// killContainer stops container i of a pod being deleted for good: its
+// preStop hook runs while the container, its probes and its supervisor
+// carry on; then the supervisor and probes end and the container gets
+// SIGTERM, SIGKILL after what is left of the grace period, and is removed.
+func (p *Provider) killContainer(ctx context.Context, st *podState, i int, grace int) error {
+	timeout := p.preStop(ctx, st, i, grace)
+	st.mu.Lock()
+	stop := st.ctrs[i].stop
+	st.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	return p.removeContainer(ctx, st, i, timeout)
 }
 
 // removeContainer stops container i (SIGTERM, SIGKILL after grace seconds),

@@ -64,6 +64,11 @@ func (p *Provider) probeLoop(ctx context.Context, st *podState, i int, c *corev1
 	}
 	ready, succ, fail := false, 0, 0
 	for {
+		if kind != "readiness" && st.isDeleting() {
+			// A kubelet stops the liveness and startup probes of a pod being
+			// deleted, counting them as passed; readiness goes on.
+			return kind == "startup"
+		}
 		ok := p.probeOnce(ctx, st, c, probe)
 		if ctx.Err() != nil {
 			return false
@@ -150,38 +155,47 @@ func (p *Provider) probeOnce(ctx context.Context, st *podState, c *corev1.Contai
 		code, _, err := p.exec(ctx, id, probe.Exec.Command)
 		return err == nil && code == 0
 	case probe.HTTPGet != nil:
-		g := probe.HTTPGet
-		port, err := resolvePort(g.Port, c)
-		if err != nil {
-			return false
-		}
-		host := g.Host
-		if host == "" {
-			host = st.ip.String()
-		}
-		scheme := "http"
-		if g.Scheme == corev1.URISchemeHTTPS {
-			scheme = "https"
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)), g.Path), nil)
-		if err != nil {
-			return false
-		}
-		for _, h := range g.HTTPHeaders {
-			req.Header.Add(h.Name, h.Value)
-		}
-		// Probes do not verify certificates, as a kubelet's do not.
-		cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec
-		resp, err := cl.Do(req)
-		if err != nil {
-			return false
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		return resp.StatusCode >= 200 && resp.StatusCode < 400
+		code, err := httpGet(ctx, st, c, probe.HTTPGet)
+		return err == nil && code >= 200 && code < 400
 	}
 	log.G(ctx).WithField("pod", st.key).Warn("probe kind not supported by the dev kubelet; counting as failure")
 	return false
+}
+
+// httpGet sends the GET of a probe or lifecycle hook to container c (at the
+// pod's address unless the action names a host) and returns the status code.
+func httpGet(ctx context.Context, st *podState, c *corev1.Container, g *corev1.HTTPGetAction) (int, error) {
+	port, err := resolvePort(g.Port, c)
+	if err != nil {
+		return 0, err
+	}
+	host := g.Host
+	if host == "" {
+		host = st.ip.String()
+	}
+	scheme := "http"
+	if g.Scheme == corev1.URISchemeHTTPS {
+		scheme = "https"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("%s://%s%s", scheme, net.JoinHostPort(host, strconv.Itoa(port)), g.Path), nil)
+	if err != nil {
+		return 0, err
+	}
+	for _, h := range g.HTTPHeaders {
+		req.Header.Add(h.Name, h.Value)
+	}
+	// Certificates are not verified, as a kubelet's probes and hooks do not.
+	cl := &http.Client{Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec
+		DisableKeepAlives: true,
+	}}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
 }
 
 func indexOf(st *podState, name string) int {

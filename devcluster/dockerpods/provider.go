@@ -7,7 +7,8 @@
 // here, ConfigMap/Secret/projected volumes are written to host directories,
 // bind-mounted and re-synced atomically when their sources change, probes
 // drive readiness, container exits are reflected (and restarted per the
-// restart policy), and deletion stops containers gracefully.
+// restart policy), and deletion stops containers gracefully, each after its
+// preStop hook (sleep, exec, httpGet) as a kubelet runs it.
 package dockerpods
 
 import (
@@ -178,7 +179,11 @@ func (p *Provider) startPod(ctx context.Context, st *podState) {
 		backoff = min(backoff*2, 5*time.Second)
 	}
 	for i := range st.ctrs {
-		go p.superviseContainer(ctx, st, i)
+		ctrCtx, stop := context.WithCancel(ctx)
+		st.mu.Lock()
+		st.ctrs[i].stop = stop
+		st.mu.Unlock()
+		go p.superviseContainer(ctrCtx, st, i)
 	}
 	p.publish(st)
 	log.G(ctx).WithField("pod", st.key).WithField("ip", st.ip.String()).Info("pod started")
@@ -240,9 +245,10 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// DeletePod stops the pod's containers gracefully in the background: SIGTERM,
-// then SIGKILL once the grace period is over. The terminal status is
-// published when they are gone, which lets virtual-kubelet remove the pod.
+// DeletePod stops the pod's containers gracefully in the background, as a
+// kubelet does: each container's preStop hook, then SIGTERM, then SIGKILL
+// once the grace period is over. The terminal status is published when they
+// are gone, which lets virtual-kubelet remove the pod.
 func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	st := p.get(pod.Namespace, pod.Name)
 	if st == nil || string(st.pod.UID) != string(pod.UID) {
@@ -257,7 +263,7 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	st.pod.DeletionTimestamp = pod.DeletionTimestamp
 	st.pod.DeletionGracePeriodSeconds = pod.DeletionGracePeriodSeconds
 	st.mu.Unlock()
-	grace := gracePeriod(pod)
+	grace := deletionGrace(pod)
 	go func() {
 		ctx := context.WithoutCancel(ctx)
 		p.cleanup(ctx, st, grace)
@@ -282,22 +288,30 @@ func (p *Provider) DeletePod(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
-// cleanup stops and removes the pod's containers and frees its address and
-// directory.
+// cleanup stops and removes the pod's containers, each after its preStop
+// hook, and frees its address and directory.
 func (p *Provider) cleanup(ctx context.Context, st *podState, grace int) {
-	st.cancel()
-	<-st.startDone // no container gets created after this
+	select {
+	case <-st.startDone:
+	default:
+		// Still starting (or retrying): stop trying. Whatever was created
+		// gets stopped below, without hooks as nothing ran yet.
+		st.cancel()
+		<-st.startDone
+	}
+	// No container gets created after this.
 	var wg sync.WaitGroup
 	for i := range st.ctrs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.removeContainer(ctx, st, i, grace); err != nil {
+			if err := p.killContainer(ctx, st, i, grace); err != nil {
 				log.G(ctx).WithField("pod", st.key).WithError(err).Warn("remove container")
 			}
 		}()
 	}
 	wg.Wait()
+	st.cancel()
 	p.shared.IPs.Release(st.ip)
 	_ = os.RemoveAll(st.dir)
 }

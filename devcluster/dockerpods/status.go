@@ -33,7 +33,8 @@ type podState struct {
 type ctrState struct {
 	name     string
 	id       string
-	image    string // image actually run
+	stop     context.CancelFunc // ends the container's supervisor and probes
+	image    string             // image actually run
 	imageID  string
 	started  bool // startup probe passed (or none)
 	ready    bool
@@ -51,6 +52,12 @@ func newPodState(key string, pod *corev1.Pod, ip, hostIP netip.Addr, dir string)
 		})
 	}
 	return st
+}
+
+func (st *podState) isDeleting() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.deleting
 }
 
 // update runs f under the lock and reports whether the published status
@@ -189,7 +196,10 @@ func (st *podState) statusLocked() corev1.PodStatus {
 		cond(corev1.PodReadyToStartContainers, st.startTime != nil && !st.deleting),
 		cond(corev1.PodInitialized, true),
 		cond(corev1.ContainersReady, allReady && running),
-		cond(corev1.PodReady, allReady && running && !st.deleting),
+		// A kubelet keeps probing readiness while a pod terminates (its
+		// preStop hooks run), so Ready follows the probes until the
+		// containers stop; endpoints drop the pod because it is terminating.
+		cond(corev1.PodReady, allReady && running),
 		cond(corev1.PodScheduled, true),
 	}
 	return s

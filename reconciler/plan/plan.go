@@ -43,6 +43,8 @@ type Node struct {
 	RecordedID string
 	// State is the server's own report; nil when its pod is not ready, unreachable otherwise.
 	State *valkeyops.NodeState
+
+	dying *valkeyops.NodeState // State of a server whose pod is being deleted
 }
 
 // Observed is everything one pass knows.
@@ -65,6 +67,7 @@ const (
 	MarkLeaving Kind = "MarkLeaving" // Nodes are to go: lifecycle Leaving
 	Remove      Kind = "Remove"      // CLUSTER RESET Node and FORGET it everywhere
 	Takeover    Kind = "Takeover"    // promote replica Node without a vote: too few primaries to elect
+	Failover    Kind = "Failover"    // graceful CLUSTER FAILOVER of primary Node to an in-sync replica
 	Forget      Kind = "Forget"      // FORGET dead IDs on every server
 	Delete      Kind = "Delete"      // delete the ValkeyNode of Node (its pod follows)
 )
@@ -83,23 +86,26 @@ type Action struct {
 
 // Next plans the one next action. Rules, first match wins:
 //  1. a slot left importing/migrating, or a Leaving primary holding slots: Rebalance;
-//  2. a Leaving node: Remove it (reachable; replicas first), Forget its ID (gone), then Delete it;
-//  3. a lost pod: MarkLeaving, so a replacement is planned and the dead ID forgotten;
-//  4. a shard below 1+Replicas live nodes: CreateNodes;
-//  5. a lost primary whose slots no replica has taken over yet: Wait for Valkey's own failover
+//  2. a primary whose pod is being deleted and still answers: Failover to an in-sync replica
+//     (a planned deletion hands its slots over before the server stops);
+//  3. a Leaving node: Remove it (reachable; replicas first), Forget its ID (gone), then Delete it;
+//  4. a lost pod: MarkLeaving, so a replacement is planned and the dead ID forgotten;
+//  5. a shard below 1+Replicas live nodes: CreateNodes;
+//  6. a lost primary whose slots no replica has taken over yet: Wait for Valkey's own failover
 //     (the operator never races it), or Takeover by its best replica when too few primaries
 //     survive to elect one (a 2-shard cluster that lost one) and the old primary is surely
 //     gone: its pod deleted, or flagged failing by its peers (never while it may still serve);
-//  6. a node not ready yet: Wait (with a warning when unschedulable);
-//  7. failed IDs that own no slots and belong to no live node: Forget;
-//  8. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
-//  9. a departing shard's primary holding slots, or slots uneven by over 1%: Rebalance;
-//  10. departing shards and surplus replicas (never a slot-holding primary): MarkLeaving;
-//  11. joined nodes not Active yet: MarkActive.
+//  7. a node not ready yet: Wait (with a warning when unschedulable);
+//  8. failed IDs that own no slots and belong to no live node: Forget;
+//  9. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
+//
+// 10. a departing shard's primary holding slots, or slots uneven by over 1%: Rebalance;
+// 11. departing shards and surplus replicas (never a slot-holding primary): MarkLeaving;
+// 12. joined nodes not Active yet: MarkActive.
 func Next(o Observed) Action {
 	v := index(o)
 	for _, rule := range []func(view) (Action, bool){
-		resumeMoves, retireLeaving, dropLost, createMissing, waitFailover, waitStarting,
+		resumeMoves, handOver, retireLeaving, dropLost, createMissing, waitFailover, waitStarting,
 		forgetDead, joinNew, balance, markDeparting, activateJoined,
 	} {
 		if a, ok := rule(v); ok {
@@ -131,9 +137,9 @@ func index(o Observed) view {
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		if n.lost() {
-			// A server whose pod is going away is never acted on, even while it still
-			// answers: its data goes with it, and Valkey's own failover takes its slots.
-			n.State = nil
+			// A server whose pod is going away is acted on only to hand its slots over
+			// while it still answers (handOver); otherwise it counts as gone already.
+			n.dying, n.State = n.State, nil
 		}
 		if n.Lifecycle != Leaving {
 			v.live = append(v.live, n)

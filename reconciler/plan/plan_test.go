@@ -25,6 +25,7 @@ type srv struct {
 	linkDown  bool
 	importing bool
 	unsched   string
+	answers   bool // with pod PodLost: the server still answers while its pod is deleted
 }
 
 // ghost is a node ID some servers still know: a dead node.
@@ -75,13 +76,13 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		case "-": // never observed
 			n.RecordedID = ""
 		}
-		if s.pod == plan.PodReady {
+		if s.pod == plan.PodReady || s.answers {
 			var text []string
 			known := 1
 			text = append(text, line(s, true))
 			if !s.alone {
 				for _, other := range servers {
-					if other.name != s.name && other.pod == plan.PodReady && !other.alone {
+					if other.name != s.name && (other.pod == plan.PodReady || other.answers) && !other.alone {
 						text = append(text, line(other, false))
 						known++
 					}
@@ -182,6 +183,15 @@ func TestNext(t *testing.T) {
 				{name: "c0", shard: 0, life: plan.Joining, alone: true},
 			}, ghost{id: "id-a0", flags: "master,fail", slots: "0-8191"})
 		}, plan.Action{Kind: plan.Wait, Warning: true}},
+		{"a primary whose pod is being deleted hands over while it still serves", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].pod, s[0].answers = plan.PodLost, true; return s }))
+		}, plan.Action{Kind: plan.Failover, Node: "a0"}},
+		{"a primary being deleted without a linked replica is not handed over", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0].pod, s[0].answers, s[1].linkDown = plan.PodLost, true, true
+				return s
+			}))
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"a0"}}},
 		{"a primary whose pod is terminating is left to Valkey's failover", func(t *testing.T) plan.Observed {
 			return observed(t, 3, 1, []srv{
 				{name: "a0", shard: 0, pod: plan.PodLost, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0"},

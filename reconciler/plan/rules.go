@@ -316,3 +316,22 @@ func activateJoined(v view) (Action, bool) {
 	}
 	return Action{Kind: MarkActive, Nodes: names(out), Reason: fmt.Sprintf("%v joined", names(out))}, true
 }
+
+// handOver fails a primary whose pod is being deleted over to its best in-sync replica while
+// it still serves (its pod's preStop keeps it up for a few seconds): CLUSTER FAILOVER pauses
+// its writes only until the replica has caught up, so a planned deletion loses nothing.
+func handOver(v view) (Action, bool) {
+	for i := range v.Nodes {
+		n := &v.Nodes[i]
+		d := n.dying
+		if d == nil || !d.Reachable || d.Role != valkeyops.RolePrimary || len(d.Slots) == 0 {
+			continue
+		}
+		for _, o := range v.reachable {
+			if o.State.Role == valkeyops.RoleReplica && o.State.PrimaryID == d.ID && o.State.LinkState == "up" {
+				return Action{Kind: Failover, Node: n.Name, Reason: fmt.Sprintf("%s is being deleted: its slots go to a replica first", n.Name)}, true
+			}
+		}
+	}
+	return Action{}, false
+}

@@ -32,6 +32,9 @@ const (
 	ValkeyUID           = 999
 )
 
+// HandOverSeconds is how long a deleted pod keeps serving before SIGTERM (its preStop).
+const HandOverSeconds = 5
+
 // NodeTimeoutMillis is every server's cluster-node-timeout.
 const NodeTimeoutMillis = 3000
 
@@ -186,6 +189,10 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 			PeriodSeconds:    5,
 			FailureThreshold: 3,
 		},
+		// A deleted pod keeps serving for HandOverSeconds before it gets SIGTERM: long enough
+		// for the operator, woken by the deletion, to fail a primary over to an in-sync
+		// replica gracefully, so a planned deletion loses nothing and barely pauses writes.
+		Lifecycle: &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: HandOverSeconds}}},
 		SecurityContext: &corev1.SecurityContext{
 			RunAsNonRoot:             ptr.To(true),
 			RunAsUser:                ptr.To[int64](ValkeyUID),

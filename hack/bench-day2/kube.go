@@ -1,0 +1,437 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/gomomento/valkey-operator/devcluster"
+	"github.com/gomomento/valkey-operator/devcluster/devtest"
+	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/internal/kubectl"
+	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+const (
+	operatorNamespace = "valkey-operator-bench"
+	labelCluster      = "valkey.gomomento.com/cluster"
+)
+
+var nodesGVR = schema.GroupVersionResource{Group: "valkey.gomomento.com", Version: "v1alpha1", Resource: "valkeynodes"}
+
+// bench is the dev cluster with the operator running against it.
+type bench struct {
+	root    string
+	env     *devtest.Env
+	dyn     dynamic.Interface
+	kubectl kubectl.Runner
+	logDir  string
+	opLog   string
+}
+
+// startBench builds the operator, starts a private dev cluster, installs the CRDs and the
+// example menu (ValkeyImage, ValkeyConfig) and runs the operator on the host.
+func startBench(ctx context.Context) (*bench, error) {
+	root, err := devcluster.FindRoot()
+	if err != nil {
+		return nil, err
+	}
+	logDir, err := os.MkdirTemp("", "bench-day2-")
+	if err != nil {
+		return nil, err
+	}
+	b := &bench{root: root, logDir: logDir, opLog: filepath.Join(logDir, "manager.log")}
+	atExit(func() {
+		if runFailed || *keepLogs {
+			fmt.Fprintf(os.Stderr, "bench-day2: operator log kept in %s\n", b.opLog)
+			return
+		}
+		_ = os.RemoveAll(logDir)
+	})
+
+	bin := filepath.Join(logDir, "manager")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/manager")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building cmd/manager: %v\n%s", err, out)
+	}
+	logf("operator built")
+
+	upCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	env, stop, err := devtest.New(upCtx, devtest.Options{})
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("dev cluster: %w", err)
+	}
+	atExit(func() {
+		logf("stopping the dev cluster %s", env.Instance)
+		if err := stop(); err != nil {
+			fmt.Fprintln(os.Stderr, "bench-day2: dev cluster teardown:", err)
+		}
+	})
+	logf("dev cluster %s up", env.Instance)
+	b.env, b.kubectl = env, env.KubectlRunner()
+	if b.dyn, err = dynamic.NewForConfig(env.REST); err != nil {
+		return nil, err
+	}
+	if _, err := b.kubectl.Run(ctx, "apply", "-f", filepath.Join(root, "crds")); err != nil {
+		return nil, err
+	}
+	if _, err := b.kubectl.Run(ctx, "wait", "--for=condition=established", "--timeout=60s", "crd", "--all"); err != nil {
+		return nil, err
+	}
+	if err := b.createNamespace(ctx, operatorNamespace); err != nil {
+		return nil, err
+	}
+	if err := b.waitSchedulable(ctx); err != nil {
+		return nil, err
+	}
+	if err := b.startOperator(ctx, bin); err != nil {
+		return nil, err
+	}
+	if _, err := b.kubectl.Run(ctx, "apply", "-f", filepath.Join(root, "examples", "valkeyimage.yaml"),
+		"-f", filepath.Join(root, "examples", "valkeyconfig.yaml")); err != nil {
+		return nil, err
+	}
+	logf("operator running, example ValkeyImage and ValkeyConfig applied")
+	return b, nil
+}
+
+// explain adds the operator log's tail to an error of the measuring part.
+func (b *bench) explain(err error) error {
+	return fmt.Errorf("%w\noperator log tail:\n%s", err, tail(b.opLog, 60))
+}
+
+func tail(path string, n int) string {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	for i, l := range lines {
+		if len(l) > 500 {
+			lines[i] = l[:500] + "…"
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (b *bench) createNamespace(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := b.env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
+
+// waitSchedulable waits until no node carries a NoSchedule/NoExecute taint (fresh nodes
+// carry not-ready for a while after they report Ready).
+func (b *bench) waitSchedulable(ctx context.Context) error {
+	return poll.Until(ctx, 250*time.Millisecond, time.Minute, "nodes schedulable", func(ctx context.Context) (bool, string, error) {
+		l, err := b.env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var tainted []string
+		for _, n := range l.Items {
+			for _, t := range n.Spec.Taints {
+				if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+					tainted = append(tainted, n.Name+":"+t.Key)
+				}
+			}
+		}
+		return len(l.Items) > 0 && len(tainted) == 0, fmt.Sprintf("%d nodes, tainted %v", len(l.Items), tainted), nil
+	})
+}
+
+// startOperator runs the manager binary (no leader election, metrics and probes on free
+// ports) and waits for its readiness endpoint; it is stopped with SIGTERM at exit.
+func (b *bench) startOperator(ctx context.Context, bin string) error {
+	// Two distinct free ports: both listeners stay open until both are known, then close
+	// before the operator binds them.
+	var ports []int
+	var ls []net.Listener
+	for range 2 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	logFile, err := os.Create(b.opLog)
+	if err != nil {
+		return err
+	}
+	args := []string{
+		"--kubeconfig", b.env.Kubeconfig,
+		"--namespace", operatorNamespace,
+		"--leader-elect=false",
+		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
+		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+	}
+	if *operatorDebug {
+		args = append(args, "--zap-log-level=debug")
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	atExit(func() {
+		select {
+		case <-exited:
+			return
+		default:
+		}
+		logf("stopping the operator (pid %d)", cmd.Process.Pid)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(40 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])
+	return poll.Until(ctx, 200*time.Millisecond, time.Minute, "operator ready at "+url, func(ctx context.Context) (bool, string, error) {
+		select {
+		case <-exited:
+			return false, "", errors.New("operator exited; log:\n" + tail(b.opLog, 40))
+		default:
+		}
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	})
+}
+
+// vnode is a ValkeyNode's name with the status fields the bench reads.
+type vnode struct{ name, lifecycle, role, shard string }
+
+func (b *bench) valkeyNodes(ctx context.Context, ns, cluster string) ([]vnode, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := b.dyn.Resource(nodesGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: labelCluster + "=" + cluster})
+	if err != nil {
+		return nil, err
+	}
+	var out []vnode
+	for _, u := range l.Items {
+		v := vnode{name: u.GetName(), shard: u.GetLabels()["valkey.gomomento.com/shard"]}
+		v.lifecycle, _, _ = unstructured.NestedString(u.Object, "status", "lifecycle")
+		v.role, _, _ = unstructured.NestedString(u.Object, "status", "role")
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out, nil
+}
+
+// podIPs maps the cluster's pod names to their IPs (pods without an IP are left out).
+func (b *bench) podIPs(ctx context.Context, ns, cluster string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := b.env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labelCluster + "=" + cluster})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, p := range l.Items {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+			out[p.Name] = p.Status.PodIP
+		}
+	}
+	return out, nil
+}
+
+func (b *bench) secret(ctx context.Context, ns, name, key string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	s, err := b.env.Kube.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	v, ok := s.Data[key]
+	if !ok {
+		return "", fmt.Errorf("secret %s/%s has no key %q", ns, name, key)
+	}
+	return string(v), nil
+}
+
+// applyCluster creates namespace ns and a ValkeyCluster of the example config in it.
+func (b *bench) applyCluster(ctx context.Context, ns, name string, shards, replicas int) error {
+	if err := b.createNamespace(ctx, ns); err != nil {
+		return err
+	}
+	_, err := b.kubectl.In(ns).RunWithInput(ctx, fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: standard\n  shards: %d\n  replicasPerShard: %d\n",
+		name, shards, replicas), "apply", "-f", "-")
+	return err
+}
+
+// deleteCluster deletes the ValkeyCluster and waits until its containers are gone, so the
+// next measurement starts on free cores.
+func (b *bench) deleteCluster(ctx context.Context, ns, name string) error {
+	if _, err := b.kubectl.In(ns).Run(ctx, "delete", "valkeycluster", name, "--wait=false"); err != nil {
+		return err
+	}
+	return poll.Until(ctx, 500*time.Millisecond, 2*time.Minute, "containers of "+ns+" gone", func(ctx context.Context) (bool, string, error) {
+		ids, err := b.containers(ctx, ns, "")
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return len(ids) == 0, fmt.Sprintf("%d containers left", len(ids)), nil
+	})
+}
+
+// containers lists the IDs of the dev cluster's running containers of namespace ns (of pod
+// pod when given), found by the labels the dev kubelet puts on them.
+func (b *bench) containers(ctx context.Context, ns, pod string) ([]string, error) {
+	args := []string{"ps", "-q",
+		"--filter", "label=" + dockernet.LabelInstance + "=" + b.env.Instance,
+		"--filter", "label=" + dockernet.LabelPodNamespace + "=" + ns}
+	if pod != "" {
+		args = append(args, "--filter", "label="+dockernet.LabelPodName+"="+pod)
+	}
+	out, err := docker(ctx, args...)
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(out), nil
+}
+
+func docker(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "docker", args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("docker %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// converge describes what "converged" means for one wait.
+type converge struct {
+	nodes    int    // ValkeyNodes, all Active, and as many pods with IPs
+	gone     string // a ValkeyNode that must be gone (retired); "" for none
+	balanced int    // > 0: exactly this many primaries, each within 1% of an even share
+}
+
+// waitConverged polls until the cluster is converged as c says and `valkey-cli --cluster
+// check` is clean. Cheap API reads run every 250 ms; valkey-cli only once they pass.
+func (b *bench) waitConverged(ctx context.Context, ns, cluster string, c converge, timeout time.Duration, password string) error {
+	return poll.Until(ctx, 250*time.Millisecond, timeout, fmt.Sprintf("%s/%s converged on %d nodes", ns, cluster, c.nodes), func(ctx context.Context) (bool, string, error) {
+		ok, status := b.convergedNow(ctx, ns, cluster, c, password)
+		return ok, status, nil
+	})
+}
+
+func (b *bench) convergedNow(ctx context.Context, ns, cluster string, c converge, password string) (bool, string) {
+	nodes, err := b.valkeyNodes(ctx, ns, cluster)
+	if err != nil {
+		return false, err.Error()
+	}
+	var desc []string
+	active := 0
+	for _, n := range nodes {
+		desc = append(desc, n.name+"="+n.lifecycle+"/"+n.role)
+		if n.lifecycle == "Active" {
+			active++
+		}
+		if n.name == c.gone {
+			return false, c.gone + " not retired yet: " + strings.Join(desc, " ")
+		}
+	}
+	ips, err := b.podIPs(ctx, ns, cluster)
+	if err != nil {
+		return false, err.Error()
+	}
+	if len(nodes) != c.nodes || active != c.nodes || len(ips) != c.nodes {
+		return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), strings.Join(desc, " "))
+	}
+	var addr string
+	for _, ip := range ips {
+		addr = net.JoinHostPort(ip, "6379")
+		break
+	}
+	out, err := clusterCheck(ctx, addr, password)
+	if err != nil || !strings.Contains(out, "[OK] All 16384 slots covered.") || strings.Contains(out, "[ERR]") ||
+		!strings.Contains(out, "[OK] All nodes agree about slots configuration.") {
+		return false, "cluster check: " + out
+	}
+	if c.balanced > 0 {
+		view, err := clusterNodes(ctx, addr, password)
+		if err != nil {
+			return false, err.Error()
+		}
+		if ok, why := balanced(view, c.balanced); !ok {
+			return false, why
+		}
+	}
+	return true, ""
+}
+
+// balanced: exactly n primaries hold slots, each within 1% of the slot space of an even share.
+func balanced(view []valkeyops.ClusterNode, n int) (bool, string) {
+	var counts []int
+	for _, p := range view {
+		if p.IsPrimary() && len(p.Slots) > 0 {
+			counts = append(counts, valkeyops.CountSlots(p.Slots))
+		}
+	}
+	if len(counts) != n {
+		return false, fmt.Sprintf("slot counts %v, want %d primaries", counts, n)
+	}
+	for _, k := range counts {
+		if d := k - valkeyops.SlotCount/n; d > valkeyops.SlotCount/100 || -d > valkeyops.SlotCount/100 {
+			return false, fmt.Sprintf("slot counts %v not balanced", counts)
+		}
+	}
+	return true, ""
+}
+
+// clusterCheck runs `valkey-cli --cluster check` as the default user.
+func clusterCheck(ctx context.Context, addr, password string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "valkey-cli", "--cluster", "check", addr, "-a", password, "--no-auth-warning").CombinedOutput()
+	return string(out), err
+}

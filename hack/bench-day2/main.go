@@ -1,0 +1,166 @@
+// Command bench-day2 measures what an Active cluster does by itself, on a private dev cluster
+// (devtest) with the operator binary running on the host, and prints exactly these lines:
+//
+//	recovery: kind=pod-deleted writes-resumed-s=<x> topology-s=<y> lost=<n>
+//	recovery: kind=crash writes-resumed-s=<x> topology-s=<y> lost=<n>
+//	scaleout: ours=<keys/s> valkey-cli=<keys/s> ratio=<ours/valkey-cli>
+//
+// recovery: a 3x1 cluster with two writers running through cluster-mode valkey-go clients:
+// internal/loadgen over the whole key space (its acknowledged writes are read back afterwards:
+// lost), and a second writer whose keys all carry one hash tag in the slots of the primary
+// that is then lost (writes-resumed). pod-deleted is `kubectl delete pod`; crash is a
+// SIGKILL of the pod's container (docker kill), with loadgen waiting for one replica per
+// write (WAIT 1), so lost counts replica-acknowledged writes. topology-s runs from the delete
+// or kill until the lost ValkeyNode is retired, all 6 ValkeyNodes are Active with pod IPs and
+// `valkey-cli --cluster check` finds all 16384 slots covered and every node agreeing.
+//
+// scaleout: a 3x1 cluster filled with -keys keys (pipelined SETs, -value-bytes values), then
+// `kubectl patch` shards 3->4, timed until converged as above with 8 nodes and every
+// primary within 1% of 4096 slots; ours = keys on the new shard's primary (DBSIZE) / seconds.
+// valkey-cli gets the same situation without Kubernetes: plain Valkey containers
+// (integration/harness) of the same image, formed 3x(1+1) with valkeyops, the same keys,
+// an empty fourth shard (primary + replica) joined, the same CPU/memory limits and
+// maxmemory settings as the operator's pods; then `valkey-cli --cluster rebalance
+// --cluster-use-empty-masters` timed until it exits and the servers report the even 4-shard
+// layout. Ours includes creating, scheduling and joining the new shard's pods; valkey-cli's
+// timing starts with its nodes already joined (stderr logs when ours' first slot moved).
+//
+// Progress goes to stderr, the result lines to stdout. Everything started (dev cluster,
+// operator process, containers) is removed at the end, on error and on SIGINT/SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gomomento/valkey-operator/devcluster"
+	"github.com/gomomento/valkey-operator/integration/harness"
+)
+
+var (
+	keys          = flag.Int("keys", 1_000_000, "keys written before the scale-out (both sides)")
+	valueBytes    = flag.Int("value-bytes", 16, "size of each value written before the scale-out")
+	totalTimeout  = flag.Duration("timeout", 14*time.Minute, "bound on the whole run")
+	healTimeout   = flag.Duration("heal-timeout", 3*time.Minute, "bound on each recovery's convergence")
+	scaleTimeout  = flag.Duration("scale-timeout", 6*time.Minute, "bound on each side's scale-out")
+	pace          = flag.Duration("pace", time.Millisecond, "pause between two writes of each writer")
+	skipRecovery  = flag.Bool("skip-recovery", false, "skip the two recovery measurements")
+	skipScaleout  = flag.Bool("skip-scaleout", false, "skip the scale-out comparison")
+	keepLogs      = flag.Bool("keep-logs", false, "keep the operator's log folder even on success")
+	operatorDebug = flag.Bool("operator-debug", false, "run the operator with -zap-log-level=debug (valkeyops steps in its log)")
+)
+
+var began = time.Now()
+
+// runFailed keeps the operator's log folder (read by a cleanup).
+var runFailed bool
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "bench-day2 %6.1fs: %s\n", time.Since(began).Seconds(), fmt.Sprintf(format, args...))
+}
+
+// cleanups run last-registered first, once, on the normal path, on error and on a signal.
+var cleanups struct {
+	mu   sync.Mutex
+	fns  []func()
+	once sync.Once
+}
+
+func atExit(fn func()) {
+	cleanups.mu.Lock()
+	defer cleanups.mu.Unlock()
+	cleanups.fns = append(cleanups.fns, fn)
+}
+
+func cleanupAll() {
+	cleanups.once.Do(func() {
+		cleanups.mu.Lock()
+		fns := cleanups.fns
+		cleanups.mu.Unlock()
+		for i := len(fns) - 1; i >= 0; i-- {
+			fns[i]()
+		}
+	})
+}
+
+func main() {
+	flag.Parse()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		logf("%v: cleaning up", s)
+		runFailed = true
+		cleanupAll()
+		os.Exit(130)
+	}()
+	err := run()
+	runFailed = err != nil
+	cleanupAll()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-day2:", err)
+		os.Exit(1)
+	}
+	logf("done")
+}
+
+func run() error {
+	ctx, cancel := context.WithTimeout(context.Background(), *totalTimeout)
+	defer cancel()
+	if err := preflight(); err != nil {
+		return err
+	}
+	b, err := startBench(ctx)
+	if err != nil {
+		return err
+	}
+	if !*skipRecovery {
+		if err := b.recoveries(ctx); err != nil {
+			return b.explain(err)
+		}
+	}
+	if *skipScaleout {
+		return nil
+	}
+	ours, limits, err := b.scaleoutOurs(ctx)
+	if err != nil {
+		return b.explain(err)
+	}
+	cli, err := scaleoutCLI(ctx, limits)
+	if err != nil {
+		return fmt.Errorf("valkey-cli side: %w", err)
+	}
+	fmt.Printf("scaleout: ours=%.0f valkey-cli=%.0f ratio=%.2f\n", ours, cli, ours/cli)
+	return nil
+}
+
+// preflight names what is missing instead of failing obscurely later.
+func preflight() error {
+	for _, tool := range []string{"kubectl", "valkey-cli", "docker", "go"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			return fmt.Errorf("%s not on PATH (make prerequisites)", tool)
+		}
+	}
+	if err := harness.DockerProblem(harness.Image()); err != nil {
+		return err
+	}
+	root, err := devcluster.FindRoot()
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(root + "/bin/controlplane/kube-apiserver"); err != nil {
+		return fmt.Errorf("bin/controlplane not built (make controlplane): %w", err)
+	}
+	if *keys < 1 {
+		return errors.New("-keys must be positive")
+	}
+	return nil
+}

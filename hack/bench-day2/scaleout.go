@@ -1,0 +1,364 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+// serverShape is what the operator's pods run with, copied onto the valkey-cli side's
+// containers so both move keys with the same CPU, memory and eviction settings.
+type serverShape struct {
+	nanoCPUs, memory, memorySwap int64
+	settings                     []string // valkey-server arguments: --maxmemory ... etc.
+}
+
+// mirroredSettings are the valkey.conf parameters read from a pod and given to the plain
+// containers (the rest of their command lines already match: node timeout, no AOF).
+var mirroredSettings = []string{"maxmemory", "maxmemory-policy", "save", "appendonly", "cluster-allow-replica-migration"}
+
+// scaleoutOurs fills a 3x1 cluster, patches it to 4 shards and returns keys moved per second
+// from the patch until converged (8 Active nodes, check clean, slots even within 1%).
+func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) {
+	const ns, name = "bench-scaleout", "scale"
+	var shape serverShape
+	password, err := b.waitNewCluster(ctx, ns, name, 3, 1)
+	if err != nil {
+		return 0, shape, err
+	}
+	ips, err := b.podIPs(ctx, ns, name)
+	if err != nil {
+		return 0, shape, err
+	}
+	var addrs []string
+	var anyPod, anyAddr string
+	for pod, ip := range ips {
+		addrs = append(addrs, net.JoinHostPort(ip, "6379"))
+		anyPod, anyAddr = pod, net.JoinHostPort(ip, "6379")
+	}
+	if shape, err = b.podShape(ctx, ns, anyPod, anyAddr, password); err != nil {
+		return 0, shape, err
+	}
+	logf("scaleout: pods run with cpus=%g memory=%d and %v", float64(shape.nanoCPUs)/1e9, shape.memory, shape.settings)
+
+	c, err := clusterClient(addrs, password)
+	if err != nil {
+		return 0, shape, err
+	}
+	defer c.Close()
+	start := time.Now()
+	if err := fill(ctx, c, *keys); err != nil {
+		return 0, shape, err
+	}
+	logf("scaleout ours: wrote %d keys in %.1fs", *keys, time.Since(start).Seconds())
+	view, err := clusterNodes(ctx, anyAddr, password)
+	if err != nil {
+		return 0, shape, err
+	}
+	if total, err := sumDBSize(ctx, view, password, nil); err != nil {
+		return 0, shape, err
+	} else if total != int64(*keys) {
+		logf("WARNING: scaleout ours: the primaries hold %d keys after the fill, not %d", total, *keys)
+	}
+	oldPrimaries := map[string]bool{}
+	for _, n := range view {
+		if n.IsPrimary() {
+			oldPrimaries[n.ID] = true
+		}
+	}
+
+	t0 := time.Now()
+	if _, err := b.kubectl.In(ns).Run(ctx, "patch", "valkeycluster", name, "--type=merge", "-p", `{"spec":{"shards":4}}`); err != nil {
+		return 0, shape, err
+	}
+	var firstSlot, lastLog time.Time
+	err = poll.Until(ctx, 250*time.Millisecond, *scaleTimeout, "scale-out 3->4 converged", func(ctx context.Context) (bool, string, error) {
+		if firstSlot.IsZero() {
+			if v, err := clusterNodes(ctx, anyAddr, password); err == nil {
+				for _, n := range v {
+					if n.IsPrimary() && !oldPrimaries[n.ID] && len(n.Slots) > 0 {
+						firstSlot = time.Now()
+						logf("scaleout ours: first slot on the new shard %.1fs after the patch", firstSlot.Sub(t0).Seconds())
+					}
+				}
+			}
+		}
+		ok, status := b.convergedNow(ctx, ns, name, converge{nodes: 8, balanced: 4}, password)
+		if !ok && time.Since(lastLog) > 20*time.Second {
+			lastLog = time.Now()
+			logf("scaleout ours: +%.0fs %s", time.Since(t0).Seconds(), firstLine(status))
+		}
+		return ok, status, nil
+	})
+	if err != nil {
+		return 0, shape, err
+	}
+	elapsed := time.Since(t0)
+
+	view, err = clusterNodes(ctx, anyAddr, password)
+	if err != nil {
+		return 0, shape, err
+	}
+	var moved int64
+	for _, n := range view {
+		if n.IsPrimary() && !oldPrimaries[n.ID] && len(n.Slots) > 0 {
+			k, err := dbsize(ctx, n.Addr(), password)
+			if err != nil {
+				return 0, shape, err
+			}
+			moved += k
+		}
+	}
+	if total, err := sumDBSize(ctx, view, password, nil); err != nil {
+		return 0, shape, err
+	} else if total != int64(*keys) {
+		logf("WARNING: scaleout ours: the primaries hold %d keys after the scale-out, not %d", total, *keys)
+	}
+	logf("scaleout ours: moved %d keys in %.1fs from the patch (%.1fs from the first slot moved: %.0f keys/s)",
+		moved, elapsed.Seconds(), time.Since(firstSlot).Seconds(), float64(moved)/time.Since(firstSlot).Seconds())
+	if err := b.deleteCluster(ctx, ns, name); err != nil {
+		return 0, shape, err
+	}
+	return float64(moved) / elapsed.Seconds(), shape, nil
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// podShape reads a pod container's CPU and memory limits (docker inspect) and its server's
+// mirrored settings (CONFIG GET).
+func (b *bench) podShape(ctx context.Context, ns, pod, addr, password string) (serverShape, error) {
+	var s serverShape
+	ids, err := b.containers(ctx, ns, pod)
+	if err != nil {
+		return s, err
+	}
+	if len(ids) != 1 {
+		return s, fmt.Errorf("want one container for pod %s, found %v", pod, ids)
+	}
+	out, err := docker(ctx, "inspect", "--format", "{{.HostConfig.NanoCpus}} {{.HostConfig.Memory}} {{.HostConfig.MemorySwap}}", ids[0])
+	if err != nil {
+		return s, err
+	}
+	if _, err := fmt.Sscan(out, &s.nanoCPUs, &s.memory, &s.memorySwap); err != nil {
+		return s, fmt.Errorf("docker inspect %s: %q: %w", ids[0], out, err)
+	}
+	for _, p := range mirroredSettings {
+		v, err := configGet(ctx, addr, password, p)
+		if err != nil {
+			return s, err
+		}
+		s.settings = append(s.settings, "--"+p)
+		if f := strings.Fields(v); len(f) > 0 {
+			s.settings = append(s.settings, f...)
+		} else {
+			s.settings = append(s.settings, "")
+		}
+	}
+	return s, nil
+}
+
+const (
+	cliDefaultPassword  = "bench-day2-default"
+	cliOperatorPassword = "bench-day2-operator"
+)
+
+// scaleoutCLI builds the same situation on plain containers and returns valkey-cli's
+// rebalance rate: keys on the new primary / seconds from the rebalance's start until it has
+// exited and the servers report 4 healthy shards with even slots.
+func scaleoutCLI(ctx context.Context, shape serverShape) (float64, error) {
+	args := append([]string{"--masteruser", valkeyops.OperatorUser, "--masterauth", cliOperatorPassword}, shape.settings...)
+	env, err := harness.New(ctx, harness.Config{Image: harness.Image(),
+		ACL:  valkeyops.ACLSpec{DefaultPassword: cliDefaultPassword, OperatorPassword: cliOperatorPassword},
+		Args: args})
+	if err != nil {
+		return 0, err
+	}
+	var closeOnce sync.Once
+	closeEnv := func() {
+		closeOnce.Do(func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := env.Close(cctx); err != nil {
+				logf("valkey-cli side: removing containers: %v", err)
+			}
+		})
+	}
+	atExit(closeEnv)
+	defer closeEnv()
+
+	admin, err := valkeyops.NewAdmin(valkeyops.Options{Credentials: valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: cliOperatorPassword}})
+	if err != nil {
+		return 0, err
+	}
+	defer admin.Close()
+	start := func(shards int) ([]valkeyops.Node, error) {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		nodes, err := env.StartNodes(sctx, shards, 2)
+		if err != nil {
+			return nil, err
+		}
+		return nodes, limit(ctx, env, nodes, shape)
+	}
+	nodes, err := start(3)
+	if err != nil {
+		return 0, err
+	}
+	bctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	err = admin.Bootstrap(bctx, nodes, 3)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	if err := waitHealthy(ctx, admin, nodes, 3, time.Minute); err != nil {
+		return 0, err
+	}
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.Addr)
+	}
+	c, err := clusterClient(addrs, cliDefaultPassword)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	t := time.Now()
+	if err := fill(ctx, c, *keys); err != nil {
+		return 0, err
+	}
+	logf("scaleout valkey-cli: wrote %d keys in %.1fs", *keys, time.Since(t).Seconds())
+
+	added, err := start(1)
+	if err != nil {
+		return 0, err
+	}
+	for i := range added {
+		added[i].Shard = 3
+	}
+	all := append(append([]valkeyops.Node(nil), nodes...), added...)
+	bctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
+	err = admin.Bootstrap(bctx, all, 4) // meets the new pair and attaches its replica; moves no slot
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	if err := waitHealthy(ctx, admin, all, 3, time.Minute); err != nil {
+		return 0, err
+	}
+
+	t0 := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, *scaleTimeout)
+	out, err := exec.CommandContext(rctx, "valkey-cli", "--no-auth-warning", "-a", cliDefaultPassword,
+		"--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-masters").CombinedOutput()
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("valkey-cli --cluster rebalance: %v: %s", err, lastLines(string(out), 5))
+	}
+	if err := waitHealthy(ctx, admin, all, 4, time.Minute); err != nil {
+		return 0, err
+	}
+	elapsed := time.Since(t0)
+
+	snap, err := admin.Observe(ctx, all)
+	if err != nil {
+		return 0, err
+	}
+	var moved int64
+	for _, n := range added {
+		if st := snap.ByName(n.Name); st != nil && st.Role == valkeyops.RolePrimary {
+			if moved, err = dbsize(ctx, n.Addr, cliDefaultPassword); err != nil {
+				return 0, err
+			}
+		}
+	}
+	var total int64
+	for _, p := range snap.Primaries() {
+		k, err := dbsize(ctx, p.Addr, cliDefaultPassword)
+		if err != nil {
+			return 0, err
+		}
+		total += k
+	}
+	if total != int64(*keys) {
+		logf("WARNING: scaleout valkey-cli: the primaries hold %d keys after the rebalance, not %d", total, *keys)
+	}
+	logf("scaleout valkey-cli: moved %d keys in %.1fs", moved, elapsed.Seconds())
+	if moved == 0 {
+		return 0, errors.New("valkey-cli moved no key to the new primary")
+	}
+	return float64(moved) / elapsed.Seconds(), nil
+}
+
+// limit gives the containers the operator pods' CPU and memory limits.
+func limit(ctx context.Context, env *harness.Env, nodes []valkeyops.Node, s serverShape) error {
+	var args []string
+	if s.nanoCPUs > 0 {
+		args = append(args, "--cpus", strconv.FormatFloat(float64(s.nanoCPUs)/1e9, 'f', -1, 64))
+	}
+	if s.memory > 0 {
+		swap := s.memorySwap
+		if swap <= 0 {
+			swap = s.memory
+		}
+		args = append(args, "--memory", strconv.FormatInt(s.memory, 10), "--memory-swap", strconv.FormatInt(swap, 10))
+	}
+	if len(args) == 0 {
+		return nil
+	}
+	for _, n := range nodes {
+		c := env.Container(n.Name)
+		if c == nil {
+			return fmt.Errorf("no container for %s", n.Name)
+		}
+		if _, err := docker(ctx, append(append([]string{"update"}, args...), c.GetContainerID())...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitHealthy: every node reports cluster_state ok, all slots assigned, replicas linked
+// (valkeyops.Health for shards x 1), and the slot-holding primaries are balanced within 1%.
+func waitHealthy(ctx context.Context, admin *valkeyops.Admin, nodes []valkeyops.Node, shards int, timeout time.Duration) error {
+	return poll.Until(ctx, 20*time.Millisecond, timeout, fmt.Sprintf("%d healthy shards", shards), func(ctx context.Context) (bool, string, error) {
+		snap, err := admin.Observe(ctx, nodes)
+		if err != nil {
+			return false, "", err
+		}
+		if reasons := valkeyops.Health(snap, shards, 1); len(reasons) > 0 {
+			return false, fmt.Sprint(reasons), nil
+		}
+		var view []valkeyops.ClusterNode
+		for _, p := range snap.Primaries() {
+			if len(p.Slots) > 0 {
+				view = append(view, valkeyops.ClusterNode{Flags: []string{"master"}, Slots: p.Slots})
+			}
+		}
+		ok, why := balanced(view, shards)
+		return ok, why, nil
+	})
+}
+
+func lastLines(s string, n int) string {
+	l := strings.Split(strings.TrimSpace(s), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
