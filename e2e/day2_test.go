@@ -370,3 +370,43 @@ func TestDay2UnschedulableScaleStalls(t *testing.T) {
 	n.waitConverged(cluster, 6, 3*time.Minute)
 	finishDay2(t, w, watch, "a stalled, then resumed, replica increase")
 }
+
+// TestDay2ShardWithoutReplicaLost: with replicasPerShard 0, deleting a primary's pod loses
+// the only copy of its slots. The operator says so (a SlotsLost Warning Event), gives the slots
+// to an empty replacement, and the whole cluster serves again, never leaving Active.
+func TestDay2ShardWithoutReplicaLost(t *testing.T) {
+	n := newNamespace(t, "e2e-noreplica")
+	const cluster = "bare"
+	applyMenu(n)
+	n.applyCluster(cluster, 2, 0)
+	n.waitState(cluster, "Active", 3*time.Minute)
+	n.waitConverged(cluster, 2, 2*time.Minute)
+	watch := n.watchState(cluster)
+
+	victim := n.nodeWithRole(cluster, "primary")
+	start := time.Now()
+	n.kubectl("delete", "pod", victim, "--wait=false")
+	n.waitRetired(cluster, victim)
+	n.waitConverged(cluster, 2, 2*time.Minute)
+	t.Logf("e2e: shard without replica restored (empty) in %.1fs", time.Since(start).Seconds())
+	n.eventually(30*time.Second, time.Second, "a SlotsLost Warning Event", func() (bool, string, error) {
+		out := n.kubectl("get", "events", "--field-selector", "reason=SlotsLost,type=Warning", "-o", "name")
+		return strings.TrimSpace(out) != "", out, nil
+	})
+
+	// Every slot takes writes again (servers report cluster_state ok a moment after the last
+	// slot is assigned).
+	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
+	n.eventually(30*time.Second, 500*time.Millisecond, "writes to every slot", func() (bool, string, error) {
+		ctx, cancel := ctxTimeout(10 * time.Second)
+		defer cancel()
+		for i := 0; i < 500; i++ {
+			if err := c.Do(ctx, c.B().Set().Key(fmt.Sprintf("after:%d", i)).Value("v").Build()).Error(); err != nil {
+				return false, fmt.Sprintf("write %d: %v", i, err), nil
+			}
+		}
+		return true, "", nil
+	})
+	t.Logf("e2e: whole cluster writable again %.1fs after the deletion", time.Since(start).Seconds())
+	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout")
+}

@@ -34,6 +34,7 @@ const (
 	ReasonTopologyStall = "TopologyStalled"
 	ReasonTopologyFail  = "TopologyActionFailed"
 	ReasonNodeRetired   = "NodeRetired"
+	ReasonSlotsLost     = "SlotsLost"
 )
 
 // observeActive connects and observes every node whose pod is ready, and records each
@@ -173,6 +174,11 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		return p.valkey.Failover(ctx, p.members, a.Node)
 	case plan.Takeover:
 		return p.valkey.Takeover(ctx, p.members, a.Node)
+	case plan.DropSlots:
+		r.warn(p, ReasonSlotsLost, "DropSlots", a.Reason)
+		return p.valkey.Forget(ctx, p.members, a.IDs)
+	case plan.AssignSlots:
+		return p.valkey.AssignSlots(ctx, p.members, a.Node, a.Slots)
 	case plan.Forget:
 		return p.valkey.Forget(ctx, p.members, a.IDs)
 	case plan.MarkActive, plan.MarkLeaving:

@@ -210,7 +210,10 @@ func (c *fakeClient) Rebalance(context.Context, []valkeyops.Node, []string) erro
 func (c *fakeClient) RemoveNode(context.Context, []valkeyops.Node, string) error  { return c.write() }
 func (c *fakeClient) Failover(context.Context, []valkeyops.Node, string) error    { return c.write() }
 func (c *fakeClient) Takeover(context.Context, []valkeyops.Node, string) error    { return c.write() }
-func (c *fakeClient) Forget(context.Context, []valkeyops.Node, []string) error    { return c.write() }
+func (c *fakeClient) AssignSlots(context.Context, []valkeyops.Node, string, []valkeyops.SlotRange) error {
+	return c.write()
+}
+func (c *fakeClient) Forget(context.Context, []valkeyops.Node, []string) error { return c.write() }
 
 // Observe renders the CLUSTER NODES text every server of a formed cluster would report
 // (shard i's first node by name is its primary and owns the i-th even slot range) and parses

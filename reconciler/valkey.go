@@ -43,6 +43,8 @@ type ValkeyClient interface {
 	// Takeover promotes a replica without a vote (its primary is gone and too few primaries
 	// survive to elect it).
 	Takeover(ctx context.Context, nodes []valkeyops.Node, replica string) error
+	// AssignSlots gives slots nobody owns to the empty primary name (MEET first).
+	AssignSlots(ctx context.Context, nodes []valkeyops.Node, name string, slots []valkeyops.SlotRange) error
 	// Forget makes every reachable node forget the given node IDs.
 	Forget(ctx context.Context, nodes []valkeyops.Node, ids []string) error
 }

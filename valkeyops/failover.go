@@ -3,6 +3,7 @@ package valkeyops
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -245,5 +246,56 @@ func (a *Admin) Takeover(ctx context.Context, nodes []Node, replicaName string) 
 			return true, nil
 		}
 		return false, fmt.Errorf("%s still %s", replicaName, st.Role)
+	})
+}
+
+// AssignSlots gives slots that no node owns any more (their only copy was lost) to node
+// `name`, an empty primary, MEETing it first when it is not in the cluster yet, and waits
+// until every reachable node sees all slots assigned. Slots someone still owns are never
+// taken: it only fills holes, so the data it "moves" is none.
+func (a *Admin) AssignSlots(ctx context.Context, nodes []Node, name string, slots []SlotRange) error {
+	snap, n, err := a.observeReachable(ctx, nodes, name, "assign-slots")
+	if err != nil {
+		return err
+	}
+	if n.Role != RolePrimary {
+		return opErr(name, "assign-slots", fmt.Errorf("%w: node is a replica", ErrUnsafe))
+	}
+	owned := ownedSlots(reachableOnly(snap))
+	var free []int
+	for _, s := range ExpandSlots(slots) {
+		if !owned[s] {
+			free = append(free, s)
+		}
+	}
+	if n.KnownNodes <= 1 {
+		if err := a.meetAll(ctx, reachableOnly(snap)); err != nil {
+			return err
+		}
+	}
+	if len(free) > 0 {
+		args := []string{"CLUSTER", "ADDSLOTSRANGE"}
+		for _, r := range CompactSlots(free) {
+			args = append(args, strconv.Itoa(r.Start), strconv.Itoa(r.End))
+		}
+		if _, err := a.cmd(ctx, n.Node, "assign-slots", args...); err != nil {
+			return err
+		}
+		// A new epoch makes the claim win over any stale view of those slots.
+		if _, err := a.cmd(ctx, n.Node, "assign-slots-epoch", "CLUSTER", "BUMPEPOCH"); err != nil {
+			return err
+		}
+	}
+	return a.waitFor(ctx, "assign-slots-wait", formTimeout, func() (bool, error) {
+		s, err := a.Observe(ctx, nodes)
+		if err != nil {
+			return false, err
+		}
+		for _, st := range s.Nodes {
+			if st.Reachable && st.SlotsAssigned != SlotCount {
+				return false, fmt.Errorf("%s sees %d slots assigned", st.Name, st.SlotsAssigned)
+			}
+		}
+		return true, nil
 	})
 }

@@ -68,6 +68,8 @@ const (
 	Remove      Kind = "Remove"      // CLUSTER RESET Node and FORGET it everywhere
 	Takeover    Kind = "Takeover"    // promote replica Node without a vote: too few primaries to elect
 	Failover    Kind = "Failover"    // graceful CLUSTER FAILOVER of primary Node to an in-sync replica
+	DropSlots   Kind = "DropSlots"   // forget dead IDs whose slots had no other copy (their data is lost)
+	AssignSlots Kind = "AssignSlots" // give Slots, owned by nobody, to the empty primary Node
 	Forget      Kind = "Forget"      // FORGET dead IDs on every server
 	Delete      Kind = "Delete"      // delete the ValkeyNode of Node (its pod follows)
 )
@@ -75,11 +77,12 @@ const (
 // Action is the one next step.
 type Action struct {
 	Kind   Kind
-	Node   string   // Replicate, Remove, Delete
-	Nodes  []string // MarkActive, MarkLeaving, Rebalance (the primaries to drain)
-	Shards []int    // CreateNodes: one entry per node to create
-	IDs    []string // Forget
-	Reason string   // why, for the Event and the log
+	Node   string                // Replicate, Remove, Delete
+	Nodes  []string              // MarkActive, MarkLeaving, Rebalance (the primaries to drain)
+	Shards []int                 // CreateNodes: one entry per node to create
+	IDs    []string              // Forget, DropSlots
+	Slots  []valkeyops.SlotRange // AssignSlots
+	Reason string                // why, for the Event and the log
 	// Warning marks a Wait that needs the user (e.g. an unschedulable pod).
 	Warning bool
 }
@@ -95,7 +98,10 @@ type Action struct {
 //     (the operator never races it), or Takeover by its best replica when too few primaries
 //     survive to elect one (a 2-shard cluster that lost one) and the old primary is surely
 //     gone: its pod deleted, or flagged failing by its peers (never while it may still serve);
+//     a lost primary without any replica is dropped once surely gone (DropSlots, a warning:
+//     the data of its slots is lost);
 //  7. a node not ready yet: Wait (with a warning when unschedulable);
+//     7b. slots nobody owns: AssignSlots to the empty primary of the shard that lost them;
 //  8. failed IDs that own no slots and belong to no live node: Forget;
 //  9. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
 //
@@ -106,7 +112,7 @@ func Next(o Observed) Action {
 	v := index(o)
 	for _, rule := range []func(view) (Action, bool){
 		resumeMoves, handOver, retireLeaving, dropLost, createMissing, waitFailover, waitStarting,
-		forgetDead, joinNew, balance, markDeparting, activateJoined,
+		adoptOrphans, forgetDead, joinNew, balance, markDeparting, activateJoined,
 	} {
 		if a, ok := rule(v); ok {
 			return a
@@ -122,11 +128,12 @@ type view struct {
 	byShard   map[int][]*Node  // live nodes per shard
 	ids       map[string]*Node // Valkey node ID -> reachable node
 	owners    map[string]int   // slot-owning node ID (any reachable server's view) -> slots
+	covered   []bool           // slot -> owned by someone in some reachable server's view
 	reachable []*Node
 }
 
 func index(o Observed) view {
-	v := view{Observed: o, byShard: map[int][]*Node{}, ids: map[string]*Node{}, owners: map[string]int{}}
+	v := view{Observed: o, byShard: map[int][]*Node{}, ids: map[string]*Node{}, owners: map[string]int{}, covered: make([]bool, valkeyops.SlotCount)}
 	v.Nodes = append([]Node(nil), o.Nodes...) // sorted below; the caller's slice stays as it is
 	sort.SliceStable(v.Nodes, func(i, j int) bool {
 		if v.Nodes[i].Shard != v.Nodes[j].Shard {
@@ -151,6 +158,11 @@ func index(o Observed) view {
 			for _, peer := range n.State.View {
 				if peer.IsPrimary() && len(peer.Slots) > 0 {
 					v.owners[peer.ID] = max(v.owners[peer.ID], valkeyops.CountSlots(peer.Slots))
+				}
+				for _, r := range peer.Slots {
+					for s := r.Start; s <= r.End; s++ {
+						v.covered[s] = true
+					}
 				}
 			}
 		}

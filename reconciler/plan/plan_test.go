@@ -176,13 +176,26 @@ func TestNext(t *testing.T) {
 				{name: "c0", shard: 0, life: plan.Joining, alone: true},
 			}, ghost{id: "id-a0", flags: "master,fail", slots: "0-5460"})
 		}, plan.Action{Kind: plan.Wait}},
-		{"dead primary without a replica waits too", func(t *testing.T) plan.Observed {
+		{"dead primary without a replica: its slots are dropped once it is surely gone", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 0, []srv{
 				{name: "a0", shard: 0, pod: plan.PodLost, life: plan.Leaving},
 				{name: "a1", shard: 1, slots: "8192-16383"},
 				{name: "c0", shard: 0, life: plan.Joining, alone: true},
 			}, ghost{id: "id-a0", flags: "master,fail", slots: "0-8191"})
-		}, plan.Action{Kind: plan.Wait, Warning: true}},
+		}, plan.Action{Kind: plan.DropSlots, IDs: []string{"id-a0"}}},
+		{"dead primary without a replica, not surely gone yet: wait", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 0, []srv{
+				{name: "a0", shard: 0, pod: plan.PodLost, life: plan.Leaving},
+				{name: "a1", shard: 1, slots: "8192-16383"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			}, ghost{id: "id-a0", flags: "master", slots: "0-8191"})
+		}, plan.Action{Kind: plan.Wait}},
+		{"dropped slots go to the shard's empty replacement", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 0, []srv{
+				{name: "a1", shard: 1, slots: "8192-16383"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			})
+		}, plan.Action{Kind: plan.AssignSlots, Node: "c0", Slots: []valkeyops.SlotRange{{Start: 0, End: 8191}}}},
 		{"a primary whose pod is being deleted hands over while it still serves", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].pod, s[0].answers = plan.PodLost, true; return s }))
 		}, plan.Action{Kind: plan.Failover, Node: "a0"}},

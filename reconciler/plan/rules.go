@@ -114,8 +114,10 @@ func waitFailover(v view) (Action, bool) {
 			}
 		}
 		switch {
+		case best == nil && (gone || v.failing(id)):
+			return Action{Kind: DropSlots, IDs: []string{id}, Reason: fmt.Sprintf("lost %s held %d slots and had no replica: the data of those slots is lost; they go to an empty replacement", name, v.owners[id])}, true
 		case best == nil:
-			return Action{Kind: Wait, Warning: true, Reason: fmt.Sprintf("lost %s held %d slots and had no replica: the data of those slots is lost, and the operator does not yet reassign them", name, v.owners[id])}, true
+			return Action{Kind: Wait, Reason: "waiting until lost " + name + " (no replica) is surely gone"}, true
 		case !v.canElect(id) && (gone || v.failing(id)):
 			return Action{Kind: Takeover, Node: best.Name, Reason: fmt.Sprintf("lost %s: too few primaries survive to elect %s, which takes over", name, best.Name)}, true
 		default:
@@ -334,4 +336,41 @@ func handOver(v view) (Action, bool) {
 		}
 	}
 	return Action{}, false
+}
+
+// adoptOrphans gives slots that nobody owns any more (their only copy was lost and dropped)
+// to the empty primary of a shard that has no slot-holding primary, else to the primary
+// holding the fewest; balance evens them out afterwards.
+func adoptOrphans(v view) (Action, bool) {
+	var missing []int
+	for s, ok := range v.covered {
+		if !ok {
+			missing = append(missing, s)
+		}
+	}
+	if len(missing) == 0 || len(v.reachable) == 0 {
+		return Action{}, false
+	}
+	var target *Node
+	for s := 0; s < v.Shards && target == nil; s++ {
+		if v.primaryOf(s) != nil {
+			continue
+		}
+		for _, n := range v.byShard[s] {
+			if n.reachable() && n.State.Role == valkeyops.RolePrimary {
+				target = n
+				break
+			}
+		}
+	}
+	for s := 0; s < v.Shards && target == nil; s++ {
+		if p := v.primaryOf(s); p != nil && (target == nil || len(p.State.Slots) < len(target.State.Slots)) {
+			target = p
+		}
+	}
+	if target == nil {
+		return Action{}, false
+	}
+	ranges := valkeyops.CompactSlots(missing)
+	return Action{Kind: AssignSlots, Node: target.Name, Slots: ranges, Reason: fmt.Sprintf("%d slots owned by nobody go to %s", len(missing), target.Name)}, true
 }
