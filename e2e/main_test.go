@@ -147,14 +147,14 @@ func withCluster(m *testing.M, env *devtest.Env, bin, tmp string) int {
 	}
 	suite.operator = op
 	code := m.Run()
-	if err := op.stop(); err != nil {
+	if err := suite.operator.stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: operator stop:", err)
 		if code == 0 {
 			code = 1
 		}
 	}
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "e2e: operator log tail:\n%s\n", op.tail(60))
+		fmt.Fprintf(os.Stderr, "e2e: operator log tail:\n%s\n", suite.operator.tail(60))
 	}
 	return code
 }
