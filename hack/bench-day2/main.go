@@ -8,7 +8,9 @@
 // recovery: a 3x1 cluster with two writers running through cluster-mode valkey-go clients:
 // internal/loadgen over the whole key space (its acknowledged writes are read back afterwards:
 // lost), and a second writer whose keys all carry one hash tag in the slots of the primary
-// that is then lost (writes-resumed). pod-deleted is `kubectl delete pod`; crash is a
+// that is then lost: writes-resumed is its outage, from its last acknowledged write before
+// its first failure to its first acknowledged write after its last failure (see recovery).
+// pod-deleted is `kubectl delete pod`; crash is a
 // SIGKILL of the pod's container (docker kill), with loadgen waiting for one replica per
 // write (WAIT 1), so lost counts replica-acknowledged writes. topology-s runs from the delete
 // or kill until the lost ValkeyNode is retired, all 6 ValkeyNodes are Active with pod IPs and

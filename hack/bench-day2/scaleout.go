@@ -70,12 +70,20 @@ func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) 
 	} else if total != int64(*keys) {
 		logf("WARNING: scaleout ours: the primaries hold %d keys after the fill, not %d", total, *keys)
 	}
-	oldPrimaries := map[string]bool{}
+	// The new shard's primary is the slot-holding primary at an address none of the six
+	// original pods has (pods keep their IPs; a replica promoted meanwhile does not count).
+	oldAddrs := map[string]bool{}
+	for _, a := range addrs {
+		oldAddrs[a] = true
+	}
+	var before []string
 	for _, n := range view {
 		if n.IsPrimary() {
-			oldPrimaries[n.ID] = true
+			before = append(before, n.Addr())
 		}
 	}
+	logf("scaleout ours: primaries before the patch: %v", before)
+	isNew := func(n valkeyops.ClusterNode) bool { return n.IsPrimary() && len(n.Slots) > 0 && !oldAddrs[n.Addr()] }
 
 	t0 := time.Now()
 	if _, err := b.kubectl.In(ns).Run(ctx, "patch", "valkeycluster", name, "--type=merge", "-p", `{"spec":{"shards":4}}`); err != nil {
@@ -86,7 +94,7 @@ func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) 
 		if firstSlot.IsZero() {
 			if v, err := clusterNodes(ctx, anyAddr, password); err == nil {
 				for _, n := range v {
-					if n.IsPrimary() && !oldPrimaries[n.ID] && len(n.Slots) > 0 {
+					if isNew(n) && firstSlot.IsZero() {
 						firstSlot = time.Now()
 						logf("scaleout ours: first slot on the new shard %.1fs after the patch", firstSlot.Sub(t0).Seconds())
 					}
@@ -110,8 +118,17 @@ func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) 
 		return 0, shape, err
 	}
 	var moved int64
+	var roles []string
 	for _, n := range view {
-		if n.IsPrimary() && !oldPrimaries[n.ID] && len(n.Slots) > 0 {
+		role := "replica"
+		if n.IsPrimary() {
+			role = fmt.Sprintf("primary(%d slots)", valkeyops.CountSlots(n.Slots))
+		}
+		roles = append(roles, n.Addr()+"="+role)
+	}
+	logf("scaleout ours: after: %s", strings.Join(roles, " "))
+	for _, n := range view {
+		if isNew(n) {
 			k, err := dbsize(ctx, n.Addr(), password)
 			if err != nil {
 				return 0, shape, err

@@ -172,6 +172,12 @@ func (w *slotWriter) acked() int {
 	return n
 }
 
+func (w *slotWriter) snapshot() []writeResult {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]writeResult(nil), w.results...)
+}
+
 func (w *slotWriter) finish() []writeResult {
 	close(w.stop)
 	<-w.done
