@@ -20,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/gomomento/valkey-operator/devcluster/devtest"
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
@@ -52,6 +53,56 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() st
 		return last == "", last, nil
 	})
 	require.NoError(t, err)
+}
+
+// waitRunningReady waits until pod ns/name is Running and Ready and returns its IP.
+func waitRunningReady(ctx context.Context, t *testing.T, kube kubernetes.Interface, ns, name string) string {
+	t.Helper()
+	var ip string
+	eventually(t, 60*time.Second, name+" Running and Ready", func() string {
+		p, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		if p.Status.Phase != corev1.PodRunning || !podCondition(p, corev1.PodReady) {
+			return fmt.Sprintf("phase %s, ready %v, reason %q %q", p.Status.Phase, podCondition(p, corev1.PodReady), p.Status.Reason, p.Status.Message)
+		}
+		ip = p.Status.PodIP
+		return ""
+	})
+	return ip
+}
+
+// podContainer is the Docker ID of the one container of pod ns/name, and the filter that
+// finds the pod's containers.
+func podContainer(ctx context.Context, t *testing.T, env *devtest.Env, docker *client.Client, ns, name string) (string, client.Filters) {
+	t.Helper()
+	p, err := env.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	filter := dockernet.InstanceFilter(env.Instance).Add("label", dockernet.LabelPodUID+"="+string(p.UID))
+	list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filter})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 1)
+	return list.Items[0].ID, filter
+}
+
+// waitPodAndContainerGone waits until pod ns/name is deleted and no container filter
+// selects is left.
+func waitPodAndContainerGone(ctx context.Context, t *testing.T, kube kubernetes.Interface, docker *client.Client, filter client.Filters, ns, name string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "pod and container gone", func() string {
+		if _, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Sprintf("pod still there (%v)", err)
+		}
+		list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filter})
+		if err != nil {
+			return err.Error()
+		}
+		if len(list.Items) > 0 {
+			return "container still there"
+		}
+		return ""
+	})
 }
 
 func podCondition(p *corev1.Pod, c corev1.PodConditionType) bool {
@@ -120,19 +171,8 @@ func TestDevClusterRunsPods(t *testing.T) {
 	_, err = kube.CoreV1().Pods(ns).Create(ctx, execProbePod("execprobe"), metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	var ip string
 	createdAt := time.Now()
-	eventually(t, 60*time.Second, "pod Running and Ready", func() string {
-		p, err := kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return err.Error()
-		}
-		if p.Status.Phase != corev1.PodRunning || !podCondition(p, corev1.PodReady) {
-			return fmt.Sprintf("phase %s, ready %v, reason %q %q", p.Status.Phase, podCondition(p, corev1.PodReady), p.Status.Reason, p.Status.Message)
-		}
-		ip = p.Status.PodIP
-		return ""
-	})
+	ip := waitRunningReady(ctx, t, kube, ns, pod.Name)
 	t.Logf("pod Running+Ready %.1fs after create, IP %s", time.Since(createdAt).Seconds(), ip)
 
 	t.Run("pod IP and env", func(t *testing.T) {
@@ -217,13 +257,7 @@ func TestDevClusterRunsPods(t *testing.T) {
 	})
 
 	t.Run("delete stops the container gracefully", func(t *testing.T) {
-		p, err := kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		require.NoError(t, err)
-		filter := dockernet.InstanceFilter(env.Instance).Add("label", dockernet.LabelPodUID+"="+string(p.UID))
-		list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filter})
-		require.NoError(t, err)
-		require.Len(t, list.Items, 1)
-		id := list.Items[0].ID
+		id, filter := podContainer(ctx, t, env, docker, ns, pod.Name)
 
 		// The container's die event says how its process ended: devpod exits 0 when it gets
 		// SIGTERM, while a SIGKILL at the end of the grace period would show exit code 137.
@@ -242,19 +276,7 @@ func TestDevClusterRunsPods(t *testing.T) {
 		case err := <-events.Err:
 			t.Fatalf("no die event for container %s: %v", id, err)
 		}
-		eventually(t, 30*time.Second, "pod and container gone", func() string {
-			if _, err := kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Sprintf("pod still there (%v)", err)
-			}
-			list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filter})
-			if err != nil {
-				return err.Error()
-			}
-			if len(list.Items) > 0 {
-				return "container still there"
-			}
-			return ""
-		})
+		waitPodAndContainerGone(ctx, t, kube, docker, filter, ns, pod.Name)
 		// A figure, not a check: the exit code above is what proves the graceful stop.
 		t.Logf("figure: pod deleted and container removed in %.1fs (grace period 20s)", time.Since(deleted).Seconds())
 		_, err = ask(ip, "ID")

@@ -4,7 +4,6 @@ package devcluster_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
@@ -48,30 +46,14 @@ func TestDevClusterRunsPreStopHooks(t *testing.T) {
 	}
 	ips := map[string]string{}
 	for _, name := range []string{sleeper.Name, execer.Name} {
-		eventually(t, 60*time.Second, name+" Running and Ready", func() string {
-			p, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err.Error()
-			}
-			if p.Status.Phase != corev1.PodRunning || !podCondition(p, corev1.PodReady) {
-				return fmt.Sprintf("phase %s, ready %v", p.Status.Phase, podCondition(p, corev1.PodReady))
-			}
-			ips[name] = p.Status.PodIP
-			return ""
-		})
+		ips[name] = waitRunningReady(ctx, t, kube, ns, name)
 	}
 
 	// deleteAndWatch deletes the pod and returns when it is gone, with its
 	// container's events (die and exec_die) from the delete on, and the time
 	// the delete was sent.
 	deleteAndWatch := func(t *testing.T, name string, whileHook func(deleted time.Time)) ([]dockerEvent, time.Time) {
-		p, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
-		require.NoError(t, err)
-		filter := dockernet.InstanceFilter(env.Instance).Add("label", dockernet.LabelPodUID+"="+string(p.UID))
-		list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filter})
-		require.NoError(t, err)
-		require.Len(t, list.Items, 1)
-		id := list.Items[0].ID
+		id, filter := podContainer(ctx, t, env, docker, ns, name)
 		evCtx, stopEvents := context.WithTimeout(ctx, time.Minute)
 		defer stopEvents()
 		events := docker.Events(evCtx, client.EventsListOptions{Filters: make(client.Filters).
@@ -94,19 +76,7 @@ func TestDevClusterRunsPreStopHooks(t *testing.T) {
 				t.Fatalf("no die event for container %s: %v (events so far %v)", id, err, seen)
 			}
 		}
-		eventually(t, 30*time.Second, "pod and container gone", func() string {
-			if _, err := kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				return fmt.Sprintf("pod still there (%v)", err)
-			}
-			list, err := docker.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: filter})
-			if err != nil {
-				return err.Error()
-			}
-			if len(list.Items) > 0 {
-				return "container still there"
-			}
-			return ""
-		})
+		waitPodAndContainerGone(ctx, t, kube, docker, filter, ns, name)
 		t.Logf("figure: %s deleted and its container removed %.2fs after the delete", name, time.Since(deleted).Seconds())
 		return seen, deleted
 	}

@@ -29,6 +29,16 @@ func (n *ns) applyCluster(name string, shards, replicas int) {
 		name, shards, replicas), "apply", "-f", "-")
 }
 
+// formCluster applies the example menu and a cluster of shards x replicas, and waits until
+// it is Active and converged.
+func (n *ns) formCluster(cluster string, shards, replicas int) {
+	n.t.Helper()
+	applyMenu(n)
+	n.applyCluster(cluster, shards, replicas)
+	n.waitState(cluster, "Active", 3*time.Minute)
+	n.waitConverged(cluster, shards*(1+replicas), 2*time.Minute)
+}
+
 // patchTopology edits shards and replicasPerShard with kubectl patch.
 func (n *ns) patchTopology(name string, shards, replicas int) {
 	n.t.Helper()
@@ -167,10 +177,7 @@ func (w *stateWatch) states() []string {
 // writer, already running (with some writes acknowledged) and a state watch.
 func day2(t *testing.T, n *ns, cluster string, shards, replicas int) (*day2Writer, *stateWatch) {
 	t.Helper()
-	applyMenu(n)
-	n.applyCluster(cluster, shards, replicas)
-	n.waitState(cluster, "Active", 3*time.Minute)
-	n.waitConverged(cluster, shards*(1+replicas), 2*time.Minute)
+	n.formCluster(cluster, shards, replicas)
 	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
 	w := &day2Writer{c: c, Writer: loadgen.Start(c, loadgen.Options{Prefix: "day2:", Pace: time.Millisecond})}
 	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
@@ -288,10 +295,7 @@ func (n *ns) docker(args ...string) string {
 func TestDay2PrimaryCrash(t *testing.T) {
 	n := newNamespace(t, "e2e-crash")
 	const cluster = "crash"
-	applyMenu(n)
-	n.applyCluster(cluster, 3, 1)
-	n.waitState(cluster, "Active", 3*time.Minute)
-	n.waitConverged(cluster, 6, 2*time.Minute)
+	n.formCluster(cluster, 3, 1)
 	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
 	w := loadgen.Start(c, loadgen.Options{Prefix: "crash:", Replicas: 1, Pace: time.Millisecond})
 	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
@@ -377,10 +381,7 @@ func TestDay2UnschedulableScaleStalls(t *testing.T) {
 func TestDay2ShardWithoutReplicaLost(t *testing.T) {
 	n := newNamespace(t, "e2e-noreplica")
 	const cluster = "bare"
-	applyMenu(n)
-	n.applyCluster(cluster, 2, 0)
-	n.waitState(cluster, "Active", 3*time.Minute)
-	n.waitConverged(cluster, 2, 2*time.Minute)
+	n.formCluster(cluster, 2, 0)
 	watch := n.watchState(cluster)
 
 	victim := n.nodeWithRole(cluster, "primary")

@@ -19,6 +19,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/internal/operatorproc"
 	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
@@ -104,9 +105,9 @@ func (n *ns) dump() {
 	t.Logf("--- kubectl get valkeyimages,valkeyconfigs,nodes:\n%s%v", out, errOrEmpty(err))
 	names, err := n.containers()
 	t.Logf("--- docker containers of %s: %v %v", n.name, names, errOrEmpty(err))
-	t.Logf("--- operator log tail:\n%s", suite.operator.tail(80))
+	t.Logf("--- operator log tail:\n%s", suite.operator.Tail(80))
 	if nodesLog := filepath.Join(stateDir(), "logs", "nodes.log"); fileExists(nodesLog) {
-		t.Logf("--- dev nodes log tail (%s):\n%s", nodesLog, tailFile(nodesLog, 30))
+		t.Logf("--- dev nodes log tail (%s):\n%s", nodesLog, operatorproc.Tail(nodesLog, 30, 400))
 	}
 }
 
@@ -216,7 +217,7 @@ func (n *ns) secretValue(name, key string) string {
 func (n *ns) eventually(timeout, interval time.Duration, what string, cond func() (done bool, status string, err error)) {
 	n.t.Helper()
 	err := poll.Until(context.Background(), interval, timeout, what, func(context.Context) (bool, string, error) {
-		if err := suite.operator.running(); err != nil {
+		if err := suite.operator.Running(); err != nil {
 			return false, "", err
 		}
 		return cond()
@@ -257,23 +258,6 @@ func errOrEmpty(err error) string {
 }
 
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-func tailFile(p string, n int) string {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	for i, l := range lines {
-		if len(l) > 400 { // stack traces in one line say little more after this
-			lines[i] = l[:400] + "…"
-		}
-	}
-	return strings.Join(lines, "\n")
-}
 
 // logTimeline logs when the cluster's ValkeyNodes and Pods were created, scheduled and became
 // ready, relative to start: where the apply-to-Active time went.

@@ -13,14 +13,10 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gomomento/valkey-operator/devcluster"
 	"github.com/gomomento/valkey-operator/devcluster/devtest"
-	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
 // operatorNamespace holds the operator's settings ConfigMap (absent here: defaults apply).
@@ -128,7 +124,7 @@ func withCluster(m *testing.M, env *devtest.Env, bin, tmp string) int {
 		fmt.Fprintf(os.Stderr, "e2e: CRDs not established: %v\n%s", err, out)
 		return 1
 	}
-	if err := ensureNamespace(env, operatorNamespace); err != nil {
+	if err := env.EnsureNamespace(context.Background(), operatorNamespace); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
@@ -147,14 +143,14 @@ func withCluster(m *testing.M, env *devtest.Env, bin, tmp string) int {
 	}
 	suite.operator = op
 	code := m.Run()
-	if err := suite.operator.stop(); err != nil {
+	if err := suite.operator.Stop(); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: operator stop:", err)
 		if code == 0 {
 			code = 1
 		}
 	}
 	if code != 0 {
-		fmt.Fprintf(os.Stderr, "e2e: operator log tail:\n%s\n", suite.operator.tail(60))
+		fmt.Fprintf(os.Stderr, "e2e: operator log tail:\n%s\n", suite.operator.Tail(60))
 	}
 	return code
 }
@@ -179,41 +175,15 @@ func preflight() error {
 	return nil
 }
 
-// waitSchedulable waits until no node carries a NoSchedule/NoExecute taint. Right after the
-// dev cluster reports its nodes Ready they still carry node.kubernetes.io/not-ready until the
-// node lifecycle controller catches up; pods created then fail scheduling and sit in the
-// scheduler's back-off, which would pollute the apply-to-Active figure.
+// waitSchedulable waits until no node carries a NoSchedule/NoExecute taint: pods created
+// before then sit in the scheduler's back-off, which would pollute the apply-to-Active figure.
 func waitSchedulable(env *devtest.Env, timeout time.Duration) error {
 	start := time.Now()
-	err := poll.Until(context.Background(), 250*time.Millisecond, timeout, "nodes schedulable", func(ctx context.Context) (bool, string, error) {
-		l, err := env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		var tainted []string
-		for _, n := range l.Items {
-			for _, t := range n.Spec.Taints {
-				if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-					tainted = append(tainted, n.Name+":"+t.Key)
-				}
-			}
-		}
-		return len(l.Items) > 0 && len(tainted) == 0, fmt.Sprintf("%d nodes, tainted: %v", len(l.Items), tainted), nil
-	})
+	err := env.WaitSchedulable(context.Background(), timeout)
 	if err == nil {
 		fmt.Printf("e2e: nodes schedulable after %.1fs more\n", time.Since(start).Seconds())
 	}
 	return err
-}
-
-func ensureNamespace(env *devtest.Env, name string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", name, err)
-	}
-	return nil
 }
 
 // noOtherOperator refuses to run next to the operator `make dev` started (DEVCLUSTER_REUSE=1):

@@ -163,30 +163,43 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
 	}
 
 	// Converged: every node sees every slot assigned and every replica follows its primary.
-	return a.waitFor(ctx, "bootstrap-converge", formTimeout, func() (bool, error) {
+	return a.waitServing(ctx, nodes, "bootstrap-converge", func(st *NodeState) error {
+		if shard, ok := byShard[st.Name]; ok && (st.Role != RoleReplica || st.PrimaryID != primaries[shard].ID) {
+			return fmt.Errorf("%s not yet a replica of %s", st.Name, primaries[shard].Name)
+		}
+		return nil
+	})
+}
+
+// groupShards validates nodes and groups them by shard index.
+// waitServing waits (formTimeout) until every node answers, sees all slots assigned and
+// reports cluster_state ok, and passes check (nil = no further condition).
+func (a *Admin) waitServing(ctx context.Context, nodes []Node, step string, check func(*NodeState) error) error {
+	return a.waitFor(ctx, step, formTimeout, func() (bool, error) {
 		s, err := a.Observe(ctx, nodes)
 		if err != nil {
 			return false, err
 		}
-		for _, st := range s.Nodes {
-			if !st.Reachable {
+		for i := range s.Nodes {
+			st := &s.Nodes[i]
+			switch {
+			case !st.Reachable:
 				return false, st.Err
-			}
-			if st.SlotsAssigned != SlotCount {
+			case st.SlotsAssigned != SlotCount:
 				return false, fmt.Errorf("%s sees %d slots assigned", st.Name, st.SlotsAssigned)
-			}
-			if st.ClusterState != "ok" {
+			case st.ClusterState != "ok":
 				return false, fmt.Errorf("%s reports cluster_state %q", st.Name, st.ClusterState)
 			}
-			if shard, ok := byShard[st.Name]; ok && (st.Role != RoleReplica || st.PrimaryID != primaries[shard].ID) {
-				return false, fmt.Errorf("%s not yet a replica of %s", st.Name, primaries[shard].Name)
+			if check != nil {
+				if err := check(st); err != nil {
+					return false, err
+				}
 			}
 		}
 		return true, nil
 	})
 }
 
-// groupShards validates nodes and groups them by shard index.
 func groupShards(nodes []Node, shards int) ([][]Node, error) {
 	if shards <= 0 {
 		return nil, opErr("", "validate", fmt.Errorf("%w: shards must be positive, got %d", ErrInvalidSpec, shards))

@@ -251,8 +251,8 @@ func (a *Admin) Takeover(ctx context.Context, nodes []Node, replicaName string) 
 
 // AssignSlots gives slots that no node owns any more (their only copy was lost) to node
 // `name`, an empty primary, MEETing it first when it is not in the cluster yet, and waits
-// until every reachable node sees all slots assigned. Slots someone still owns are never
-// taken: it only fills holes, so the data it "moves" is none.
+// until every node sees all slots assigned and the cluster serves again. Slots someone still
+// owns are never taken: it only fills holes, so the data it "moves" is none.
 func (a *Admin) AssignSlots(ctx context.Context, nodes []Node, name string, slots []SlotRange) error {
 	snap, n, err := a.observeReachable(ctx, nodes, name, "assign-slots")
 	if err != nil {
@@ -286,16 +286,6 @@ func (a *Admin) AssignSlots(ctx context.Context, nodes []Node, name string, slot
 			return err
 		}
 	}
-	return a.waitFor(ctx, "assign-slots-wait", formTimeout, func() (bool, error) {
-		s, err := a.Observe(ctx, nodes)
-		if err != nil {
-			return false, err
-		}
-		for _, st := range s.Nodes {
-			if st.Reachable && st.SlotsAssigned != SlotCount {
-				return false, fmt.Errorf("%s sees %d slots assigned", st.Name, st.SlotsAssigned)
-			}
-		}
-		return true, nil
-	})
+	// Served again: every node sees all slots assigned and reports cluster_state ok.
+	return a.waitServing(ctx, nodes, "assign-slots-wait", nil)
 }

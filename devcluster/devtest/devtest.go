@@ -23,6 +23,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -31,6 +34,7 @@ import (
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
 	"github.com/gomomento/valkey-operator/devcluster/proc"
 	"github.com/gomomento/valkey-operator/internal/kubectl"
+	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
 // Env is a usable cluster.
@@ -193,6 +197,39 @@ func (e *Env) Kubectl(t testing.TB, args ...string) string {
 
 // KubectlRunner is the real kubectl bound to the cluster, every call under a timeout.
 func (e *Env) KubectlRunner() kubectl.Runner { return kubectl.Runner{Kubeconfig: e.Kubeconfig} }
+
+// WaitSchedulable waits until the cluster has nodes and none carries a NoSchedule/NoExecute
+// taint. Right after the dev cluster reports its nodes Ready they still carry
+// node.kubernetes.io/not-ready until the node lifecycle controller catches up; pods created
+// then fail scheduling and sit in the scheduler's back-off.
+func (e *Env) WaitSchedulable(ctx context.Context, timeout time.Duration) error {
+	return poll.Until(ctx, 250*time.Millisecond, timeout, "nodes schedulable", func(ctx context.Context) (bool, string, error) {
+		l, err := e.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		var tainted []string
+		for _, n := range l.Items {
+			for _, t := range n.Spec.Taints {
+				if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+					tainted = append(tainted, n.Name+":"+t.Key)
+				}
+			}
+		}
+		return len(l.Items) > 0 && len(tainted) == 0, fmt.Sprintf("%d nodes, tainted: %v", len(l.Items), tainted), nil
+	})
+}
+
+// EnsureNamespace creates namespace name unless it exists.
+func (e *Env) EnsureNamespace(ctx context.Context, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := e.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create namespace %s: %w", name, err)
+	}
+	return nil
+}
 
 // ContainerFilter selects this cluster's Docker containers.
 func (e *Env) ContainerFilter() map[string]map[string]bool {

@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,6 +20,7 @@ import (
 	"github.com/gomomento/valkey-operator/devcluster/devtest"
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
 	"github.com/gomomento/valkey-operator/internal/kubectl"
+	"github.com/gomomento/valkey-operator/internal/operatorproc"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
@@ -97,10 +93,10 @@ func startBench(ctx context.Context) (*bench, error) {
 	if _, err := b.kubectl.Run(ctx, "wait", "--for=condition=established", "--timeout=60s", "crd", "--all"); err != nil {
 		return nil, err
 	}
-	if err := b.createNamespace(ctx, operatorNamespace); err != nil {
+	if err := b.env.EnsureNamespace(ctx, operatorNamespace); err != nil {
 		return nil, err
 	}
-	if err := b.waitSchedulable(ctx); err != nil {
+	if err := b.env.WaitSchedulable(ctx, time.Minute); err != nil {
 		return nil, err
 	}
 	if err := b.startOperator(ctx, bin); err != nil {
@@ -116,133 +112,30 @@ func startBench(ctx context.Context) (*bench, error) {
 
 // explain adds the operator log's tail to an error of the measuring part.
 func (b *bench) explain(err error) error {
-	return fmt.Errorf("%w\noperator log tail:\n%s", err, tail(b.opLog, 60))
-}
-
-func tail(path string, n int) string {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	for i, l := range lines {
-		if len(l) > 500 {
-			lines[i] = l[:500] + "…"
-		}
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (b *bench) createNamespace(ctx context.Context, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	_, err := b.env.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", name, err)
-	}
-	return nil
-}
-
-// waitSchedulable waits until no node carries a NoSchedule/NoExecute taint (fresh nodes
-// carry not-ready for a while after they report Ready).
-func (b *bench) waitSchedulable(ctx context.Context) error {
-	return poll.Until(ctx, 250*time.Millisecond, time.Minute, "nodes schedulable", func(ctx context.Context) (bool, string, error) {
-		l, err := b.env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		var tainted []string
-		for _, n := range l.Items {
-			for _, t := range n.Spec.Taints {
-				if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
-					tainted = append(tainted, n.Name+":"+t.Key)
-				}
-			}
-		}
-		return len(l.Items) > 0 && len(tainted) == 0, fmt.Sprintf("%d nodes, tainted %v", len(l.Items), tainted), nil
-	})
+	return fmt.Errorf("%w\noperator log tail:\n%s", err, operatorproc.Tail(b.opLog, 60, 500))
 }
 
 // startOperator runs the manager binary (no leader election, metrics and probes on free
 // ports) and waits for its readiness endpoint; it is stopped with SIGTERM at exit.
 func (b *bench) startOperator(ctx context.Context, bin string) error {
-	// Two distinct free ports: both listeners stay open until both are known, then close
-	// before the operator binds them.
-	var ports []int
-	var ls []net.Listener
-	for range 2 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	logFile, err := os.Create(b.opLog)
-	if err != nil {
-		return err
-	}
-	args := []string{
-		"--kubeconfig", b.env.Kubeconfig,
-		"--namespace", operatorNamespace,
-		"--leader-elect=false",
-		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[0]),
-		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
-	}
+	var args []string
 	if *operatorDebug {
 		args = append(args, "--zap-log-level=debug")
 	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logFile.Close()
+	op, err := operatorproc.Start(ctx, operatorproc.Options{
+		Bin: bin, Kubeconfig: b.env.Kubeconfig, Namespace: operatorNamespace, LogPath: b.opLog, Args: args,
+	})
+	if err != nil {
 		return err
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		logFile.Close()
-		close(exited)
-	}()
 	atExit(func() {
-		select {
-		case <-exited:
+		if op.Running() != nil {
 			return
-		default:
 		}
-		logf("stopping the operator (pid %d)", cmd.Process.Pid)
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(40 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		logf("stopping the operator (pid %d)", op.Pid())
+		_ = op.Stop()
 	})
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", ports[1])
-	return poll.Until(ctx, 200*time.Millisecond, time.Minute, "operator ready at "+url, func(ctx context.Context) (bool, string, error) {
-		select {
-		case <-exited:
-			return false, "", errors.New("operator exited; log:\n" + tail(b.opLog, 40))
-		default:
-		}
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, resp.Status, nil
-	})
+	return nil
 }
 
 // vnode is a ValkeyNode's name with the status fields the bench reads.
@@ -299,7 +192,7 @@ func (b *bench) secret(ctx context.Context, ns, name, key string) (string, error
 
 // applyCluster creates namespace ns and a ValkeyCluster of the example config in it.
 func (b *bench) applyCluster(ctx context.Context, ns, name string, shards, replicas int) error {
-	if err := b.createNamespace(ctx, ns); err != nil {
+	if err := b.env.EnsureNamespace(ctx, ns); err != nil {
 		return err
 	}
 	_, err := b.kubectl.In(ns).RunWithInput(ctx, fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: standard\n  shards: %d\n  replicasPerShard: %d\n",
