@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os/exec"
 	"sort"
@@ -10,11 +11,11 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/internal/clusterview"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // Day-2 operations on an Active cluster, driven by kubectl while a writer goes on through a
@@ -45,24 +46,9 @@ func (n *ns) patchTopology(name string, shards, replicas int) {
 	n.kubectl("patch", "valkeycluster", name, "--type=merge", "-p", fmt.Sprintf(`{"spec":{"shards":%d,"replicasPerShard":%d}}`, shards, replicas))
 }
 
-// nodeStatus is a ValkeyNode's name with its status fields.
-type nodeStatus struct{ name, lifecycle, role, nodeID string }
-
-func (n *ns) nodeStatuses(cluster string) ([]nodeStatus, error) {
-	items, err := n.valkeyNodes(cluster)
-	if err != nil {
-		return nil, err
-	}
-	var out []nodeStatus
-	for _, u := range items {
-		s := nodeStatus{name: u.GetName()}
-		s.lifecycle, _, _ = unstructured.NestedString(u.Object, "status", "lifecycle")
-		s.role, _, _ = unstructured.NestedString(u.Object, "status", "role")
-		s.nodeID, _, _ = unstructured.NestedString(u.Object, "status", "nodeID")
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out, nil
+// nodeStatuses lists the cluster's ValkeyNodes with their status.
+func (n *ns) nodeStatuses(cluster string) ([]clusterview.Node, error) {
+	return clusterview.List(context.Background(), suite.dyn, n.name, cluster)
 }
 
 // nodeWithRole names the first ValkeyNode whose server has role (primary|replica).
@@ -71,8 +57,8 @@ func (n *ns) nodeWithRole(cluster, role string) string {
 	nodes, err := n.nodeStatuses(cluster)
 	require.NoError(n.t, err)
 	for _, s := range nodes {
-		if s.role == role {
-			return s.name
+		if s.Role == role {
+			return s.Name
 		}
 	}
 	n.t.Fatalf("no %s among %v", role, nodes)
@@ -88,25 +74,12 @@ func (n *ns) waitRetired(cluster, name string) {
 			return false, err.Error(), nil
 		}
 		for _, s := range now {
-			if s.name == name {
+			if s.Name == name {
 				return false, fmt.Sprint(now), nil
 			}
 		}
 		return true, "", nil
 	})
-}
-
-// describeNodes lists name=lifecycle/role per node and counts the Active ones.
-func describeNodes(nodes []nodeStatus) (string, int) {
-	var desc []string
-	active := 0
-	for _, s := range nodes {
-		desc = append(desc, s.name+"="+s.lifecycle+"/"+s.role)
-		if s.lifecycle == "Active" {
-			active++
-		}
-	}
-	return strings.Join(desc, " "), active
 }
 
 // waitConverged waits until the cluster has exactly want ValkeyNodes, all Active, as many
@@ -119,7 +92,7 @@ func (n *ns) waitConverged(cluster string, want int, timeout time.Duration) {
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		desc, active := describeNodes(nodes)
+		desc, active := clusterview.Describe(nodes)
 		ips := n.podIPs(cluster)
 		if len(nodes) != want || active != want || len(ips) != want {
 			return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), desc), nil
@@ -237,11 +210,11 @@ func TestDay2ReplicaScaling(t *testing.T) {
 
 	after, err := n.nodeStatuses(cluster)
 	require.NoError(t, err)
-	primaries := func(ss []nodeStatus) []string {
+	primaries := func(ss []clusterview.Node) []string {
 		var out []string
 		for _, s := range ss {
-			if s.role == "primary" {
-				out = append(out, s.name)
+			if s.Role == "primary" {
+				out = append(out, s.Name)
 			}
 		}
 		return out
@@ -336,13 +309,9 @@ func TestDay2OperatorKilledDuringScaleOut(t *testing.T) {
 	crashAndRestart(t)
 	n.waitConverged(cluster, 6, 3*time.Minute)
 
-	nodes, err := n.valkeyNodes(cluster)
+	nodes, err := n.nodeStatuses(cluster)
 	require.NoError(t, err)
-	perShard := map[string]int{}
-	for _, u := range nodes {
-		perShard[u.GetLabels()["valkey.gomomento.com/shard"]]++
-	}
-	assert.Equal(t, map[string]int{"0": 2, "1": 2, "2": 2}, perShard, "no shard doubled")
+	assert.Equal(t, map[string]int{"0": 2, "1": 2, "2": 2}, clusterview.PerShard(nodes), "no shard doubled")
 	finishDay2(t, w, watch, "an operator SIGKILL during scale-out")
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/gomomento/valkey-operator/internal/clusterview"
 	"github.com/gomomento/valkey-operator/internal/kubectl"
 )
 
@@ -53,7 +54,7 @@ func TestExampleClusterLifecycle(t *testing.T) {
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		desc, active := describeNodes(nodes)
+		desc, active := clusterview.Describe(nodes)
 		return len(nodes) == 6 && active == 6, desc, nil
 	})
 

@@ -389,9 +389,7 @@ func (p *Provider) terminatedState(ctx context.Context, id string) *corev1.Conta
 // image changes and failed liveness probes).
 func (p *Provider) stopContainer(ctx context.Context, st *podState, i int, grace int) error {
 	timeout := p.preStop(ctx, st, i, grace)
-	st.mu.Lock()
-	id := st.ctrs[i].id
-	st.mu.Unlock()
+	id, _ := st.container(i)
 	_, err := p.shared.Docker.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeout})
 	return err
 }
@@ -402,21 +400,23 @@ func (p *Provider) stopContainer(ctx context.Context, st *podState, i int, grace
 // SIGTERM, SIGKILL after what is left of the grace period, and is removed.
 func (p *Provider) killContainer(ctx context.Context, st *podState, i int, grace int) error {
 	timeout := p.preStop(ctx, st, i, grace)
-	st.mu.Lock()
-	stop := st.ctrs[i].stop
-	st.mu.Unlock()
-	if stop != nil {
+	if _, stop := st.container(i); stop != nil {
 		stop()
 	}
 	return p.removeContainer(ctx, st, i, timeout)
 }
 
+// container returns container i's Docker ID and the function that ends its supervisor.
+func (st *podState) container(i int) (id string, stop context.CancelFunc) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.ctrs[i].id, st.ctrs[i].stop
+}
+
 // removeContainer stops container i (SIGTERM, SIGKILL after grace seconds),
 // records its final state and removes it.
 func (p *Provider) removeContainer(ctx context.Context, st *podState, i int, grace int) error {
-	st.mu.Lock()
-	id := st.ctrs[i].id
-	st.mu.Unlock()
+	id, _ := st.container(i)
 	if id == "" {
 		return nil
 	}

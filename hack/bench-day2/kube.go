@@ -7,18 +7,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gomomento/valkey-operator/devcluster"
 	"github.com/gomomento/valkey-operator/devcluster/devtest"
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/internal/clusterview"
 	"github.com/gomomento/valkey-operator/internal/kubectl"
 	"github.com/gomomento/valkey-operator/internal/operatorproc"
 	"github.com/gomomento/valkey-operator/internal/poll"
@@ -138,25 +137,9 @@ func (b *bench) startOperator(ctx context.Context, bin string) error {
 	return nil
 }
 
-// vnode is a ValkeyNode's name with the status fields the bench reads.
-type vnode struct{ name, lifecycle, role, shard string }
-
-func (b *bench) valkeyNodes(ctx context.Context, ns, cluster string) ([]vnode, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	l, err := b.dyn.Resource(nodesGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: labelCluster + "=" + cluster})
-	if err != nil {
-		return nil, err
-	}
-	var out []vnode
-	for _, u := range l.Items {
-		v := vnode{name: u.GetName(), shard: u.GetLabels()["valkey.gomomento.com/shard"]}
-		v.lifecycle, _, _ = unstructured.NestedString(u.Object, "status", "lifecycle")
-		v.role, _, _ = unstructured.NestedString(u.Object, "status", "role")
-		out = append(out, v)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
-	return out, nil
+// valkeyNodes lists the cluster's ValkeyNodes with their status.
+func (b *bench) valkeyNodes(ctx context.Context, ns, cluster string) ([]clusterview.Node, error) {
+	return clusterview.List(ctx, b.dyn, ns, cluster)
 }
 
 // podIPs maps the cluster's pod names to their IPs (pods without an IP are left out).
@@ -262,15 +245,10 @@ func (b *bench) convergedNow(ctx context.Context, ns, cluster string, c converge
 	if err != nil {
 		return false, err.Error()
 	}
-	var desc []string
-	active := 0
+	desc, active := clusterview.Describe(nodes)
 	for _, n := range nodes {
-		desc = append(desc, n.name+"="+n.lifecycle+"/"+n.role)
-		if n.lifecycle == "Active" {
-			active++
-		}
-		if n.name == c.gone {
-			return false, c.gone + " not retired yet: " + strings.Join(desc, " ")
+		if n.Name == c.gone {
+			return false, c.gone + " not retired yet: " + desc
 		}
 	}
 	ips, err := b.podIPs(ctx, ns, cluster)
@@ -278,7 +256,7 @@ func (b *bench) convergedNow(ctx context.Context, ns, cluster string, c converge
 		return false, err.Error()
 	}
 	if len(nodes) != c.nodes || active != c.nodes || len(ips) != c.nodes {
-		return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), strings.Join(desc, " "))
+		return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), desc)
 	}
 	var addr string
 	for _, ip := range ips {

@@ -57,7 +57,7 @@ func (b *bench) recoveries(ctx context.Context) error {
 // recovery loses one primary of a converged 3x1 cluster while two writers run, and prints
 // the recovery line.
 //
-// writes-resumed: the second writer (slotWriter) writes only keys {tag}:<i>, where tag was
+// writes-resumed: the second writer (a loadgen writer that records every outcome) writes only keys {tag}:<kind>:<i>, where tag was
 // picked by asking the servers (CLUSTER KEYSLOT) until its slot lies in the victim's slot
 // ranges; it runs on a client of its own, so loadgen's WAITs never queue in front of it.
 // Every write is recorded with its end time and whether it was acknowledged (SET answered
@@ -84,8 +84,8 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 	sort.Strings(addrs)
 	victim := ""
 	for _, n := range nodes {
-		if n.role == "primary" && ips[n.name] != "" {
-			victim = n.name
+		if n.Role == "primary" && ips[n.Name] != "" {
+			victim = n.Name
 			break
 		}
 	}
@@ -128,16 +128,18 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 	}
 	prefix := "rec-" + kind + ":"
 	lw := loadgen.Start(c, loadgen.Options{Prefix: prefix, Pace: *pace, Replicas: replicas})
-	sw := startSlotWriter(sc, tag+":"+kind+":")
+	// The slot writer's keys all carry the hash tag, so every write goes to the one slot the
+	// tag hashes to, owned by the primary about to be lost; it records each write's outcome.
+	sw := loadgen.Start(sc, loadgen.Options{Prefix: tag + ":" + kind + ":", Pace: *pace, Record: true})
 	stopped := false
 	defer func() {
 		if !stopped {
 			lw.Stop()
-			sw.finish()
+			sw.Stop()
 		}
 	}()
 	if err := poll.Until(ctx, 100*time.Millisecond, 30*time.Second, "writers running", func(context.Context) (bool, string, error) {
-		return lw.Acked() >= 200 && sw.acked() >= 200, fmt.Sprintf("loadgen %d, slot writer %d acknowledged", lw.Acked(), sw.acked()), nil
+		return lw.Acked() >= 200 && sw.Acked() >= 200, fmt.Sprintf("loadgen %d, slot writer %d acknowledged", lw.Acked(), sw.Acked()), nil
 	}); err != nil {
 		return err
 	}
@@ -181,9 +183,9 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 	// The client may still be catching up when the servers have converged: keep writing
 	// until the slot writer's last 100 writes were all acknowledged.
 	if err := poll.Until(ctx, 100*time.Millisecond, time.Minute, "the slot writer's writes acknowledged again", func(context.Context) (bool, string, error) {
-		rs := sw.snapshot()
+		rs := sw.Outcomes()
 		n := 0
-		for i := len(rs) - 1; i >= 0 && rs[i].ok; i-- {
+		for i := len(rs) - 1; i >= 0 && rs[i].Acked; i-- {
 			n++
 		}
 		return n >= 100, fmt.Sprintf("%d writes, the last %d acknowledged", len(rs), n), nil
@@ -191,10 +193,10 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 		return err
 	}
 	res := lw.Stop()
-	results := sw.finish()
+	results := sw.Stop().Outcomes
 	stopped = true
 
-	resumed, gap, failed, err := outage(results, t0)
+	resumed, gap, failed, err := loadgen.Outage(results, t0)
 	if err != nil {
 		return err
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
@@ -300,7 +301,7 @@ func rebalance(ctx context.Context, image string, run rebalancer) (float64, erro
 	}
 	defer client.Close()
 	t0 := time.Now()
-	if err := fill(ctx, client, *keys); err != nil {
+	if err := loadgen.Fill(ctx, client, "k:", *keys, 5000, value); err != nil {
 		return 0, err
 	}
 	logf("%s: wrote %d keys in %s", image, *keys, time.Since(t0).Round(time.Millisecond))
@@ -375,21 +376,8 @@ func dbsize(ctx context.Context, n valkeyops.Node) (int64, error) {
 	return c.Do(ctx, c.B().Dbsize().Build()).AsInt64()
 }
 
-func fill(ctx context.Context, c valkey.Client, n int) error {
-	const batch = 5000
-	for i := 0; i < n; i += batch {
-		cmds := make(valkey.Commands, 0, batch)
-		for j := i; j < min(n, i+batch); j++ {
-			cmds = append(cmds, c.B().Set().Key("k:"+strconv.Itoa(j)).Value("value-"+strconv.Itoa(j)).Build())
-		}
-		for _, r := range c.DoMulti(ctx, cmds...) {
-			if err := r.Error(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+// value is the value rebalance fills and verify expects under key k:<i>.
+func value(i int) string { return "value-" + strconv.Itoa(i) }
 
 func verify(ctx context.Context, c valkey.Client, n int) error {
 	const batch = 5000
@@ -400,7 +388,7 @@ func verify(ctx context.Context, c valkey.Client, n int) error {
 		}
 		for j, r := range c.DoMulti(ctx, cmds...) {
 			v, err := r.ToString()
-			if err != nil || v != "value-"+strconv.Itoa(i+j) {
+			if err != nil || v != value(i+j) {
 				return fmt.Errorf("key k:%d unreadable after rebalance: %q %v", i+j, v, err)
 			}
 		}

@@ -22,6 +22,14 @@ type Options struct {
 	// write as acknowledged only when that many replicas have it: what survives a crash of
 	// the primary. A write the primary took but no replica confirmed is counted apart.
 	Replicas int
+	// Record keeps every write's Outcome, in order (Writer.Outcomes, Result.Outcomes).
+	Record bool
+}
+
+// Outcome is one write as the Writer saw it end: when, and whether it was acknowledged.
+type Outcome struct {
+	End   time.Time
+	Acked bool
 }
 
 // Writer writes until stopped.
@@ -37,6 +45,7 @@ type Writer struct {
 	unconfirmed int
 	lastAck     time.Time
 	maxPause    time.Duration
+	outcomes    []Outcome
 }
 
 // Result is what a stopped Writer saw.
@@ -45,6 +54,7 @@ type Result struct {
 	Failed      int           // writes refused or timed out: never acknowledged, so never lost
 	Unconfirmed int           // with Replicas: taken by the primary, not confirmed by replicas
 	MaxPause    time.Duration // the longest time between two acknowledged writes
+	Outcomes    []Outcome     // with Record: every write, in order
 }
 
 // Value is the value written under index i.
@@ -69,10 +79,13 @@ func (w *Writer) run() {
 		default:
 		}
 		acked, taken := w.write(i)
+		now := time.Now()
 		w.mu.Lock()
+		if w.o.Record {
+			w.outcomes = append(w.outcomes, Outcome{End: now, Acked: acked})
+		}
 		switch {
 		case acked:
-			now := time.Now()
 			w.maxPause = max(w.maxPause, now.Sub(w.lastAck))
 			w.lastAck = now
 			w.acked = append(w.acked, i)
@@ -114,13 +127,20 @@ func (w *Writer) Acked() int {
 	return len(w.acked)
 }
 
+// Outcomes is a copy of the outcomes recorded so far (with Record).
+func (w *Writer) Outcomes() []Outcome {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]Outcome(nil), w.outcomes...)
+}
+
 // Stop ends the writer and returns what it saw.
 func (w *Writer) Stop() Result {
 	close(w.stop)
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: w.unconfirmed, MaxPause: w.maxPause}
+	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: w.unconfirmed, MaxPause: w.maxPause, Outcomes: w.outcomes}
 }
 
 // Missing reads prefix+<i> for every i in keys through c and counts those that are gone or
@@ -143,4 +163,83 @@ func Missing(ctx context.Context, c valkey.Client, prefix string, keys []int) (m
 		}
 	}
 	return missing, first
+}
+
+// Outage describes a writer's outage after t0 (say, the loss of a primary) from its recorded
+// outcomes. resumed runs from t0 to the first acknowledged write after the last failed one
+// after t0; gap runs from the last acknowledged write before the first failure after t0 (or
+// from t0 if there is none) to that same write. With no failure after t0, the outage is the
+// longest pause between two acknowledged writes that ends after t0. failed counts the
+// failures after t0.
+func Outage(outcomes []Outcome, t0 time.Time) (resumed, gap time.Duration, failed int, err error) {
+	firstFail, lastFail := -1, -1
+	for i, o := range outcomes {
+		if !o.Acked && o.End.After(t0) {
+			if firstFail < 0 {
+				firstFail = i
+			}
+			lastFail, failed = i, failed+1
+		}
+	}
+	first := -1 // the write that ends the outage
+	if lastFail >= 0 {
+		for i := lastFail + 1; i < len(outcomes) && first < 0; i++ {
+			if outcomes[i].Acked {
+				first = i
+			}
+		}
+		if first < 0 {
+			return 0, 0, failed, fmt.Errorf("no acknowledged write after the last failure (%d writes, %d failed after t0)", len(outcomes), failed)
+		}
+	} else {
+		var longest time.Duration
+		prev := -1
+		for i, o := range outcomes {
+			if !o.Acked {
+				continue
+			}
+			if prev >= 0 && o.End.After(t0) && o.End.Sub(outcomes[prev].End) > longest {
+				longest, first = o.End.Sub(outcomes[prev].End), i
+			}
+			prev = i
+		}
+		if first < 0 {
+			return 0, 0, 0, fmt.Errorf("no acknowledged write after t0 (%d writes)", len(outcomes))
+		}
+		firstFail = first
+	}
+	before := t0
+	for i := firstFail - 1; i >= 0; i-- {
+		if outcomes[i].Acked {
+			before = outcomes[i].End
+			break
+		}
+	}
+	return outcomes[first].End.Sub(t0), outcomes[first].End.Sub(before), failed, nil
+}
+
+// Fill writes prefix+<i> = value(i) (Value(i) when value is nil) for i in 0..n-1 through c,
+// in pipelined batches of batch SETs (default 5000), each bounded by a minute.
+func Fill(ctx context.Context, c valkey.Client, prefix string, n, batch int, value func(i int) string) error {
+	if value == nil {
+		value = Value
+	}
+	if batch <= 0 {
+		batch = 5000
+	}
+	for i := 0; i < n; i += batch {
+		cmds := make(valkey.Commands, 0, batch)
+		for j := i; j < min(n, i+batch); j++ {
+			cmds = append(cmds, c.B().Set().Key(prefix+strconv.Itoa(j)).Value(value(j)).Build())
+		}
+		bctx, cancel := context.WithTimeout(ctx, time.Minute)
+		res := c.DoMulti(bctx, cmds...)
+		cancel()
+		for j, r := range res {
+			if err := r.Error(); err != nil {
+				return fmt.Errorf("fill at key %s%d: %w", prefix, i+j, err)
+			}
+		}
+	}
+	return nil
 }
