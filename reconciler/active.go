@@ -221,18 +221,17 @@ func (r *Reconciler) createNodes(ctx context.Context, p *pass, shards []int) err
 	for _, n := range p.nodes {
 		taken[n.Name()] = true
 	}
+	var created []views.Node
 	for _, shard := range shards {
 		n, err := r.createNode(ctx, p, shard, taken)
 		if err != nil {
 			return err
 		}
 		taken[n.Name()] = true
-		p.nodes = append(p.nodes, n)
+		created = append(created, n)
 	}
-	if out := r.ensurePods(ctx, p); out != nil {
-		return out.err
-	}
-	return nil
+	// Pods for the new nodes only: a lost node never gets a fresh pod under its old name.
+	return r.createPods(ctx, p, created)
 }
 
 // ensureActivePods creates the pod of a Joining node that has none (its creation was
@@ -245,11 +244,10 @@ func (r *Reconciler) ensureActivePods(ctx context.Context, p *pass) *outcome {
 			joining = append(joining, n)
 		}
 	}
-	all := p.nodes
-	p.nodes = joining
-	out := r.ensurePods(ctx, p)
-	p.nodes = all
-	return out
+	if err := r.createPods(ctx, p, joining); err != nil {
+		return done(ctrl.Result{}, err)
+	}
+	return nil
 }
 
 // joinable are the ready members of the kept shards that are not leaving: what a Join hands

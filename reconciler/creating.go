@@ -174,8 +174,16 @@ func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken m
 
 // ensurePods creates the Pod of every node that has none, from the node's fixed spec.
 func (r *Reconciler) ensurePods(ctx context.Context, p *pass) *outcome {
+	if err := r.createPods(ctx, p, p.nodes); err != nil {
+		return done(ctrl.Result{}, err)
+	}
+	return nil
+}
+
+// createPods creates the Pod of each of nodes that has none.
+func (r *Reconciler) createPods(ctx context.Context, p *pass, nodes []views.Node) error {
 	annotations := p.cluster.PodAnnotations()
-	for _, n := range p.nodes {
+	for _, n := range nodes {
 		if p.pods[n.Name()] != nil {
 			continue
 		}
@@ -185,7 +193,7 @@ func (r *Reconciler) ensurePods(ctx context.Context, p *pass) *outcome {
 			if apierrors.IsAlreadyExists(err) {
 				continue
 			}
-			return done(ctrl.Result{}, err)
+			return err
 		}
 		p.log.Info("created Pod", "pod", pod.Name)
 		r.event(p, pod, ReasonPodCreated, "CreatePod", "Created Pod %s for ValkeyNode %s", pod.Name, n.Name())
