@@ -83,7 +83,7 @@ bench: valkey-image valkey-tools
 	go run ./hack/bench
 
 ## bench-day2: an Active cluster's recovery from a lost primary, and a scale-out vs valkey-cli
-bench-day2: prerequisites build
+bench-day2: prerequisites
 	go run ./hack/bench-day2
 
 ## dev: local Kubernetes + operator + an example 3x1 cluster, then how to reach it

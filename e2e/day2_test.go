@@ -336,7 +336,7 @@ func TestDay2UnschedulableScaleStalls(t *testing.T) {
 	}
 	n.patchTopology(cluster, 2, 2)
 	n.eventually(time.Minute, time.Second, "a TopologyStalled Warning Event", func() (bool, string, error) {
-		out := n.kubectl("get", "events", "--field-selector", "reason=TopologyStalled", "-o", "name")
+		out := n.kubectl("get", "events", "--field-selector", "reason=TopologyStalled,type=Warning", "-o", "name")
 		return strings.TrimSpace(out) != "", out, nil
 	})
 	uncordon()

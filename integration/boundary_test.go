@@ -78,9 +78,9 @@ func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
 	bad := cred
 	bad.Password = "wrong"
 	other, err := v.Connect(ctx, types.NamespacedName{Namespace: "it", Name: "other"}, bad)
-	if err == nil {
-		s, oerr := other.Observe(ctx, nodes[:1])
-		require.NoError(t, oerr)
-		assert.False(t, s.Nodes[0].Reachable, "wrong password must not reach the node")
-	}
+	require.NoError(t, err, "connections open lazily: the server is what refuses")
+	s, err := other.Observe(ctx, nodes[:1])
+	require.NoError(t, err)
+	assert.False(t, s.Nodes[0].Reachable, "wrong password must not reach the node")
+	assert.ErrorContains(t, s.Nodes[0].Err, "WRONGPASS", "refused for its credentials, not for anything else")
 }

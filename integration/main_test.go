@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -131,20 +130,10 @@ func dataClient(t *testing.T, nodes []valkeyops.Node, opts ...func(*valkey.Clien
 	return c
 }
 
-// fill writes n keys "k:<i>" = "v:<i>" in pipelined batches.
+// fill writes n keys prefix+<i> = loadgen.Value(i) in pipelined batches.
 func fill(t *testing.T, c valkey.Client, prefix string, n int) {
 	t.Helper()
-	ctx := context.Background()
-	const batch = 2000
-	for i := 0; i < n; i += batch {
-		cmds := make(valkey.Commands, 0, batch)
-		for j := i; j < min(n, i+batch); j++ {
-			cmds = append(cmds, c.B().Set().Key(prefix+strconv.Itoa(j)).Value(loadgen.Value(j)).Build())
-		}
-		for _, r := range c.DoMulti(ctx, cmds...) {
-			require.NoError(t, r.Error())
-		}
-	}
+	require.NoError(t, loadgen.Fill(context.Background(), c, prefix, n, 2000, nil))
 }
 
 // verify reads every key back and counts mismatches.

@@ -37,8 +37,8 @@ const (
 	ReasonSlotsLost     = "SlotsLost"
 )
 
-// observeActive connects and observes every node whose pod is ready, and records each
-// server's ID, role and pod IP on its ValkeyNode (written only when they change).
+// observeActive connects and observes every node whose pod is ready (or is being deleted but
+// still runs), recording each server's ID, role and pod IP on its ValkeyNode.
 func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 	p.members = nil
 	for _, n := range p.nodes {
@@ -53,32 +53,12 @@ func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 		}
 	}
 	if len(p.members) == 0 {
-		return r.act(ctx, p, plan.Action{Kind: plan.Wait, Reason: "no server is ready"})
+		return nil // nothing to observe: the planner sees every node as not answering
 	}
 	if out := r.connect(ctx, p); out != nil {
 		return out
 	}
-	octx, cancel := context.WithTimeout(ctx, observeTimeout)
-	defer cancel()
-	snap, err := p.valkey.Observe(octx, p.members)
-	if err != nil {
-		r.warn(p, ReasonObserveFailed, "Observe", "observing the cluster failed: "+err.Error())
-		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
-	}
-	r.clearWarning(p, ReasonObserveFailed)
-	p.snapshot = snap
-	for _, n := range p.nodes {
-		s := snap.ByName(n.Name())
-		if s == nil || !s.Reachable || s.ID == "" {
-			continue
-		}
-		if err := r.setNodeStatus(ctx, n, func(st *views.NodeStatus) {
-			st.NodeID, st.Role, st.PodIP = s.ID, string(s.Role), p.pods[n.Name()].Status.PodIP
-		}); err != nil {
-			return done(ctrl.Result{}, err)
-		}
-	}
-	return nil
+	return r.observe(ctx, p)
 }
 
 // planActive plans the next action from what observeActive saw and performs it.
@@ -214,7 +194,7 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 
 // createNodes creates ValkeyNodes (Joining) and their pods from the live resolution.
 func (r *Reconciler) createNodes(ctx context.Context, p *pass, shards []int) error {
-	if out := r.resolve(ctx, p); out != nil {
+	if out := r.resolveConfig(ctx, p); out != nil {
 		return fmt.Errorf("configRef %q does not resolve yet", p.cluster.ConfigRef())
 	}
 	taken := map[string]bool{}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/resolve"
 	"github.com/gomomento/valkey-operator/reconciler/views"
@@ -62,15 +63,11 @@ func (p *pass) target() views.TargetSpec {
 	return views.TargetSpec{Shards: p.cluster.Shards(), ReplicasPerShard: p.cluster.ReplicasPerShard()}
 }
 
-// resolveConfig resolves configRef -> ValkeyConfig chain -> ValkeyImage. A missing or cyclic reference keeps the cluster
-// Creating with a Warning Event; creating the object unblocks it through the watches,
-// without a spec edit.
+// resolveConfig resolves configRef -> ValkeyConfig chain -> ValkeyImage into p.resolved (the
+// Active phase calls it too, before it creates nodes). A missing or cyclic reference keeps
+// the cluster where it is with a Warning Event; creating the object unblocks it through the
+// watches, without a spec edit.
 func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
-	return r.resolve(ctx, p)
-}
-
-// resolve sets p.resolved, or warns and ends the pass when the chain does not resolve.
-func (r *Reconciler) resolve(ctx context.Context, p *pass) *outcome {
 	res, err := resolve.Resolve(ctx, cacheLookup{r.client}, p.cluster.ConfigRef())
 	var (
 		missingConfig *resolve.MissingConfigError
@@ -207,7 +204,11 @@ func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
 	ready := true
 	for _, n := range p.nodes {
 		pod := p.pods[n.Name()]
-		if pod == nil || pod.Status.Phase != corev1.PodRunning || pod.Status.PodIP == "" || !podReady(pod) {
+		if pod == nil {
+			ready = false
+			continue
+		}
+		if st, _ := podState(pod); st != plan.PodReady {
 			ready = false
 			continue
 		}
@@ -236,22 +237,6 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// connect opens (or reuses) the cluster's Valkey client for the rest of the pass. Auth is
-// always on: without the operator's password nothing is dialled.
-func (r *Reconciler) connect(ctx context.Context, p *pass) *outcome {
-	if p.operatorPassword == "" {
-		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
-	}
-	c, err := r.opts.Valkey.Connect(ctx, p.key, p.credentials())
-	if err != nil {
-		r.warn(p, ReasonConnectFailed, "Connect", "connecting to the Valkey servers failed: "+err.Error())
-		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
-	}
-	r.clearWarning(p, ReasonConnectFailed)
-	p.valkey = c
-	return nil
-}
-
 // formCluster runs valkeyops' idempotent bootstrap from the snapshot topology and then
 // observes it against the seed's Active criteria.
 func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
@@ -262,22 +247,10 @@ func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
 	}
 	r.clearWarning(p, ReasonBootstrapFailed)
 	r.noteOnce(p, ReasonBootstrap, "Bootstrap", "Bootstrapped "+strconv.Itoa(t.Shards)+" shards x "+strconv.Itoa(t.ReplicasPerShard)+" replicas over "+strconv.Itoa(len(p.members))+" nodes")
-	snap, err := p.valkey.Observe(ctx, p.members)
-	if err != nil {
-		r.warn(p, ReasonObserveFailed, "Observe", "observing the cluster failed: "+err.Error())
-		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	if out := r.observe(ctx, p); out != nil {
+		return out
 	}
-	r.clearWarning(p, ReasonObserveFailed)
-	for _, n := range p.nodes {
-		s := snap.ByName(n.Name())
-		if s == nil || !s.Reachable {
-			continue
-		}
-		if err := r.setNodeStatus(ctx, n, func(st *views.NodeStatus) { st.NodeID, st.Role = s.ID, string(s.Role) }); err != nil {
-			return done(ctrl.Result{}, err)
-		}
-	}
-	if problems := valkeyops.Health(snap, t.Shards, t.ReplicasPerShard); len(problems) > 0 {
+	if problems := valkeyops.Health(p.snapshot, t.Shards, t.ReplicasPerShard); len(problems) > 0 {
 		p.log.Info("cluster not healthy yet", "problems", strings.Join(problems, "; "))
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}

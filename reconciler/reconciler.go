@@ -1,10 +1,11 @@
 // Package reconciler drives the ValkeyCluster lifecycle (SPEC §3–§5, the seed's status
 // semantics) over unstructured objects. A reconcile is an ordered list of steps; each step
 // either lets the pass continue or ends it with a result. The files follow the phases:
-// this one is the step engine, events.go the Event de-duplication, state.go the seed's state
-// gate, maintain.go and apply.go the owned objects kept in every state, creating.go the
-// bootstrap, valkey.go the one boundary with the Valkey servers. Day-2 work slots in as an
-// Active phase after the state gate, without rewriting the steps before it.
+// this one is the step engine; events.go the Event de-duplication; state.go the TLS check,
+// the seed's state gate and status writes; maintain.go and apply.go the owned objects kept in
+// every state; members.go the ValkeyNodes and pods of a pass; creating.go the bootstrap;
+// active.go the day-2 phase, whose next action the pure planner in plan/ decides; valkey.go
+// the one boundary with the Valkey servers.
 package reconciler
 
 import (
@@ -135,7 +136,7 @@ type pass struct {
 	resolved resolve.Resolved       // configRef resolved to settings and image
 	members  []valkeyops.Node       // the nodes whose pods are ready, as valkeyops sees them
 	valkey   ValkeyClient           // the cluster's client, once connected
-	snapshot *valkeyops.Snapshot    // the servers\' own views (Active phase)
+	snapshot *valkeyops.Snapshot    // the servers' own views (Active phase)
 }
 
 // outcome ends a pass early; a nil outcome lets the next step run.
@@ -177,7 +178,7 @@ func (r *Reconciler) steps() []step {
 		{"connect", creating, r.connect},
 		{"form-cluster", creating, r.formCluster},
 		{"activate", creating, r.activate},
-		{"ensure-pods", active, r.ensureActivePods},
+		{"ensure-joining-pods", active, r.ensureActivePods},
 		{"observe", active, r.observeActive},
 		{"plan-and-act", active, r.planActive},
 	}

@@ -61,7 +61,7 @@ func (r *Reconciler) stateGate(ctx context.Context, p *pass) *outcome {
 	}
 	r.clearWarning(p, ReasonInvalidTLS)
 
-	switch p.cluster.EffectiveState() {
+	switch p.state { // the effective state: Updating reads as Active
 	case views.StateInvalid, views.StateCreating:
 		want := views.Status{State: views.StateCreating, Target: have.Target}
 		if want.Target == nil {

@@ -7,8 +7,10 @@ import (
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/tlscheck"
+	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // Valkey is the reconciler's one boundary with the Valkey servers. A pass that needs Valkey
@@ -85,4 +87,47 @@ func (p *pass) credentials() valkeyops.Credentials {
 // client port, and the shard its fixed spec assigns it.
 func valkeyNode(name, podIP string, shard int) valkeyops.Node {
 	return valkeyops.Node{Name: name, Addr: net.JoinHostPort(podIP, strconv.Itoa(render.ClientPort)), Shard: shard}
+}
+
+// connect opens (or reuses) the cluster's Valkey client for the rest of the pass. Auth is
+// always on: without the operator's password nothing is dialled.
+func (r *Reconciler) connect(ctx context.Context, p *pass) *outcome {
+	if p.operatorPassword == "" {
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	}
+	c, err := r.opts.Valkey.Connect(ctx, p.key, p.credentials())
+	if err != nil {
+		r.warn(p, ReasonConnectFailed, "Connect", "connecting to the Valkey servers failed: "+err.Error())
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	}
+	r.clearWarning(p, ReasonConnectFailed)
+	p.valkey = c
+	return nil
+}
+
+// observe snapshots the members (read-only, bounded by observeTimeout) into p.snapshot and
+// records each reachable server's ID, role and pod IP on its ValkeyNode, writing only what
+// changed.
+func (r *Reconciler) observe(ctx context.Context, p *pass) *outcome {
+	octx, cancel := context.WithTimeout(ctx, observeTimeout)
+	defer cancel()
+	snap, err := p.valkey.Observe(octx, p.members)
+	if err != nil {
+		r.warn(p, ReasonObserveFailed, "Observe", "observing the cluster failed: "+err.Error())
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	}
+	r.clearWarning(p, ReasonObserveFailed)
+	p.snapshot = snap
+	for _, n := range p.nodes {
+		s, pod := snap.ByName(n.Name()), p.pods[n.Name()]
+		if s == nil || !s.Reachable || s.ID == "" || pod == nil {
+			continue
+		}
+		if err := r.setNodeStatus(ctx, n, func(st *views.NodeStatus) {
+			st.NodeID, st.Role, st.PodIP = s.ID, string(s.Role), pod.Status.PodIP
+		}); err != nil {
+			return done(ctrl.Result{}, err)
+		}
+	}
+	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/reconciler/plan"
+	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -23,4 +25,11 @@ func TestNoPasswordNoConnection(t *testing.T) {
 	require.Error(t, err, "auth is mandatory")
 	assert.True(t, errors.Is(err, valkeyops.ErrAuthRequired), "typed error, got %v", err)
 	assert.True(t, c == nil, "no client, and no typed nil inside the interface") // assert.Nil would accept a typed nil
+}
+
+// TestPlannerLifecyclesAreTheNodeLifecycles: the pure planner spells ValkeyNode lifecycles
+// itself (it imports no Kubernetes view); they must stay the strings the views store.
+func TestPlannerLifecyclesAreTheNodeLifecycles(t *testing.T) {
+	assert.Equal(t, []string{views.LifecycleJoining, views.LifecycleActive, views.LifecycleLeaving},
+		[]string{plan.Joining, plan.Active, plan.Leaving})
 }

@@ -171,7 +171,6 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
 	})
 }
 
-// groupShards validates nodes and groups them by shard index.
 // waitServing waits (formTimeout) until every node answers, sees all slots assigned and
 // reports cluster_state ok, and passes check (nil = no further condition).
 func (a *Admin) waitServing(ctx context.Context, nodes []Node, step string, check func(*NodeState) error) error {
@@ -200,6 +199,7 @@ func (a *Admin) waitServing(ctx context.Context, nodes []Node, step string, chec
 	})
 }
 
+// groupShards validates nodes and groups them by shard index.
 func groupShards(nodes []Node, shards int) ([][]Node, error) {
 	if shards <= 0 {
 		return nil, opErr("", "validate", fmt.Errorf("%w: shards must be positive, got %d", ErrInvalidSpec, shards))

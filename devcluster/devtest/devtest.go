@@ -3,12 +3,8 @@
 // network and labels, all removed afterwards), or — with DEVCLUSTER_REUSE=1 —
 // the one `make dev` left running in .dev/.
 //
-// Typical use, one cluster for a whole package:
-//
-//	func TestMain(m *testing.M) { os.Exit(devtest.Main(m)) }
-//	func TestX(t *testing.T) { env := devtest.Shared(t); env.Kubectl(t, "get", "nodes") }
-//
-// or, one cluster per test: env := devtest.Start(t).
+// One cluster per test: env := devtest.Start(t); one per test binary: devtest.New in
+// TestMain (as the e2e suite does).
 package devtest
 
 import (
@@ -19,7 +15,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -140,48 +135,6 @@ func Start(t testing.TB, o ...Options) *Env {
 		}
 	})
 	return env
-}
-
-var (
-	sharedMu   sync.Mutex
-	sharedEnv  *Env
-	sharedErr  error
-	sharedStop func() error
-)
-
-// Main runs a package's tests around one shared cluster (started lazily by
-// the first Shared call) and tears it down afterwards. Use it as
-// os.Exit(devtest.Main(m)).
-func Main(m *testing.M) int {
-	code := m.Run()
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedStop != nil {
-		if err := sharedStop(); err != nil {
-			fmt.Fprintln(os.Stderr, "dev cluster teardown:", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	return code
-}
-
-// Shared returns the package's shared cluster, starting it on first use.
-// The package must use Main in TestMain so the cluster is removed.
-func Shared(t testing.TB) *Env {
-	t.Helper()
-	sharedMu.Lock()
-	defer sharedMu.Unlock()
-	if sharedEnv == nil && sharedErr == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		sharedEnv, sharedStop, sharedErr = New(ctx, Options{})
-	}
-	if sharedErr != nil {
-		t.Fatalf("dev cluster: %v", sharedErr)
-	}
-	return sharedEnv
 }
 
 // Kubectl runs the real kubectl against the cluster and returns its stdout, failing t on

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/gomomento/valkey-operator/devcluster"
@@ -21,15 +20,11 @@ import (
 	"github.com/gomomento/valkey-operator/internal/kubectl"
 	"github.com/gomomento/valkey-operator/internal/operatorproc"
 	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
-const (
-	operatorNamespace = "valkey-operator-bench"
-	labelCluster      = "valkey.gomomento.com/cluster"
-)
-
-var nodesGVR = schema.GroupVersionResource{Group: "valkey.gomomento.com", Version: "v1alpha1", Resource: "valkeynodes"}
+const operatorNamespace = "valkey-operator-bench"
 
 // bench is the dev cluster with the operator running against it.
 type bench struct {
@@ -146,7 +141,7 @@ func (b *bench) valkeyNodes(ctx context.Context, ns, cluster string) ([]clusterv
 func (b *bench) podIPs(ctx context.Context, ns, cluster string) (map[string]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	l, err := b.env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: labelCluster + "=" + cluster})
+	l, err := b.env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelCluster + "=" + cluster})
 	if err != nil {
 		return nil, err
 	}

@@ -65,7 +65,7 @@ func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) 
 	if err != nil {
 		return 0, shape, err
 	}
-	if total, err := sumDBSize(ctx, view, password, nil); err != nil {
+	if total, err := sumDBSize(ctx, view, password); err != nil {
 		return 0, shape, err
 	} else if total != int64(*keys) {
 		logf("WARNING: scaleout ours: the primaries hold %d keys after the fill, not %d", total, *keys)
@@ -136,7 +136,7 @@ func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) 
 			moved += k
 		}
 	}
-	if total, err := sumDBSize(ctx, view, password, nil); err != nil {
+	if total, err := sumDBSize(ctx, view, password); err != nil {
 		return 0, shape, err
 	} else if total != int64(*keys) {
 		logf("WARNING: scaleout ours: the primaries hold %d keys after the scale-out, not %d", total, *keys)

@@ -86,17 +86,13 @@ func fill(ctx context.Context, c valkey.Client, n int) error {
 }
 
 // sumDBSize adds up DBSIZE over the primaries that hold slots in view.
-func sumDBSize(ctx context.Context, view []valkeyops.ClusterNode, password string, remap func(string) string) (int64, error) {
+func sumDBSize(ctx context.Context, view []valkeyops.ClusterNode, password string) (int64, error) {
 	var total int64
 	for _, n := range view {
 		if !n.IsPrimary() || len(n.Slots) == 0 || n.Failing() {
 			continue
 		}
-		addr := n.Addr()
-		if remap != nil {
-			addr = remap(addr)
-		}
-		k, err := dbsize(ctx, addr, password)
+		k, err := dbsize(ctx, n.Addr(), password)
 		if err != nil {
 			return 0, err
 		}

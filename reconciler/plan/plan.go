@@ -92,7 +92,8 @@ type Action struct {
 //  2. a primary whose pod is being deleted and still answers: Failover to an in-sync replica
 //     (a planned deletion hands its slots over before the server stops);
 //  3. a Leaving node: Remove it (reachable; replicas first), Forget its ID (gone), then Delete it;
-//  4. a lost pod: MarkLeaving, so a replacement is planned and the dead ID forgotten;
+//  4. a lost pod: MarkLeaving, so a replacement is planned and the dead ID forgotten; but a
+//     new node whose server stopped before it ever answered: Wait with a warning;
 //  5. a shard below 1+Replicas live nodes: CreateNodes;
 //  6. a lost primary whose slots no replica has taken over yet: Wait for Valkey's own failover
 //     (the operator never races it), or Takeover by its best replica when too few primaries
@@ -101,13 +102,13 @@ type Action struct {
 //     a lost primary without any replica is dropped once surely gone (DropSlots, a warning:
 //     the data of its slots is lost);
 //  7. a node not ready yet: Wait (with a warning when unschedulable);
-//     7b. slots nobody owns: AssignSlots to the empty primary of the shard that lost them;
-//  8. failed IDs that own no slots and belong to no live node: Forget;
-//  9. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
-//
-// 10. a departing shard's primary holding slots, or slots uneven by over 1%: Rebalance;
-// 11. departing shards and surplus replicas (never a slot-holding primary): MarkLeaving;
-// 12. joined nodes not Active yet: MarkActive.
+//  8. slots nobody owns: AssignSlots to the empty primary of a shard without a slot-holding
+//     primary, else to the primary holding the fewest slots;
+//  9. failed IDs that own no slots and belong to no live node: Forget;
+//  10. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
+//  11. a departing shard's primary holding slots, or slots uneven by over 1%: Rebalance;
+//  12. departing shards and surplus replicas (never a slot-holding primary): MarkLeaving;
+//  13. joined nodes not Active yet: MarkActive.
 func Next(o Observed) Action {
 	v := index(o)
 	for _, rule := range []func(view) (Action, bool){

@@ -196,6 +196,13 @@ func TestNext(t *testing.T) {
 				{name: "c0", shard: 0, life: plan.Joining, alone: true},
 			})
 		}, plan.Action{Kind: plan.AssignSlots, Node: "c0", Slots: []valkeyops.SlotRange{{Start: 0, End: 8191}}}},
+		{"slots nobody owns, every shard formed: the primary holding the fewest takes them", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 0, []srv{
+				{name: "a0", shard: 0, slots: "0-1 10-8000"},
+				{name: "a1", shard: 1, slots: "8001-9000"},
+				{name: "a2", shard: 2, slots: "9001-16383"},
+			})
+		}, plan.Action{Kind: plan.AssignSlots, Node: "a1", Slots: []valkeyops.SlotRange{{Start: 2, End: 9}}}},
 		{"a primary whose pod is being deleted hands over while it still serves", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].pod, s[0].answers = plan.PodLost, true; return s }))
 		}, plan.Action{Kind: plan.Failover, Node: "a0"}},

@@ -363,9 +363,12 @@ func adoptOrphans(v view) (Action, bool) {
 			}
 		}
 	}
-	for s := 0; s < v.Shards && target == nil; s++ {
-		if p := v.primaryOf(s); p != nil && (target == nil || len(p.State.Slots) < len(target.State.Slots)) {
-			target = p
+	if target == nil {
+		for s := 0; s < v.Shards; s++ {
+			p := v.primaryOf(s)
+			if p != nil && (target == nil || valkeyops.CountSlots(p.State.Slots) < valkeyops.CountSlots(target.State.Slots)) {
+				target = p
+			}
 		}
 	}
 	if target == nil {
