@@ -65,6 +65,37 @@ func (n *ns) nodeWithRole(cluster, role string) string {
 	return ""
 }
 
+// nodeID is the Valkey node ID the ValkeyNode name reports.
+func (n *ns) nodeID(cluster, name string) string {
+	n.t.Helper()
+	nodes, err := n.nodeStatuses(cluster)
+	require.NoError(n.t, err)
+	for _, s := range nodes {
+		if s.Name == name {
+			require.NotEmpty(n.t, s.NodeID, "node ID of %s", name)
+			return s.NodeID
+		}
+	}
+	n.t.Fatalf("no ValkeyNode %s among %v", name, nodes)
+	return ""
+}
+
+// requireForgotten checks that no server of the cluster still lists node ID id.
+func (n *ns) requireForgotten(cluster, id string) {
+	n.t.Helper()
+	password := n.secretValue(cluster+"-auth", "password")
+	for _, ip := range n.podIPs(cluster) {
+		c := newNodeClient(n.t, ip+":6379", password)
+		ctx, cancel := ctxTimeout(10 * time.Second)
+		text, err := c.Do(ctx, c.B().ClusterNodes().Build()).ToString()
+		cancel()
+		require.NoError(n.t, err, "CLUSTER NODES on %s", ip)
+		for _, cn := range parseClusterNodes(text) {
+			require.NotEqual(n.t, id, cn.ID, "%s still lists the retired node %s", ip, id)
+		}
+	}
+}
+
 // waitRetired waits until the ValkeyNode name is gone: replaced and retired.
 func (n *ns) waitRetired(cluster, name string) {
 	n.t.Helper()
@@ -232,11 +263,13 @@ func TestDay2LostPodsAreReplaced(t *testing.T) {
 
 	for _, role := range []string{"replica", "primary"} {
 		victim := n.nodeWithRole(cluster, role)
+		id := n.nodeID(cluster, victim)
 		start := time.Now()
 		n.kubectl("delete", "pod", victim, "--wait=false")
 		n.waitRetired(cluster, victim)
 		n.waitConverged(cluster, 4, 2*time.Minute)
 		t.Logf("e2e: lost %s pod healed in %.1fs", role, time.Since(start).Seconds())
+		n.requireForgotten(cluster, id)
 	}
 	finishDay2(t, w, watch, "replacing lost pods")
 }

@@ -46,7 +46,9 @@ spec:
 		}
 		state, msg, err := n.state(cluster)
 		if err != nil {
-			return false, "", err
+			// Retried, not returned: a read that timed out would wrap DeadlineExceeded and
+			// pass for the whole window.
+			return false, "reading the cluster: " + err.Error(), nil
 		}
 		if state != "Creating" {
 			return false, "", fmt.Errorf("state %q while %s is missing (message %q)", state, config, msg)
