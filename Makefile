@@ -82,7 +82,7 @@ test: lint prerequisites
 bench: valkey-image valkey-tools
 	go run ./hack/bench
 
-## bench-day2: an Active cluster's recovery from a lost primary, and a scale-out vs valkey-cli
+## bench-day2: an Active cluster's recovery from a lost primary, a rolling replacement, and a scale-out vs valkey-cli
 bench-day2: prerequisites
 	go run ./hack/bench-day2
 

@@ -23,19 +23,22 @@ import (
 // afterwards, that valkey-cli --cluster check is clean, that every ValkeyNode is Active, and
 // that the cluster never reported anything but Active.
 
-// applyCluster applies a ValkeyCluster of the example config.
-func (n *ns) applyCluster(name string, shards, replicas int) {
+// exampleConfig is the example menu's base ValkeyConfig.
+const exampleConfig = "standard"
+
+// applyCluster applies a ValkeyCluster of configRef.
+func (n *ns) applyCluster(name, configRef string, shards, replicas int) {
 	n.t.Helper()
-	n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: standard\n  shards: %d\n  replicasPerShard: %d\n",
-		name, shards, replicas), "apply", "-f", "-")
+	n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: %d\n  replicasPerShard: %d\n",
+		name, configRef, shards, replicas), "apply", "-f", "-")
 }
 
-// formCluster applies the example menu and a cluster of shards x replicas, and waits until
-// it is Active and converged.
-func (n *ns) formCluster(cluster string, shards, replicas int) {
+// formCluster applies the example menu and a cluster of configRef, shards x replicas, and
+// waits until it is Active and converged.
+func (n *ns) formCluster(cluster, configRef string, shards, replicas int) {
 	n.t.Helper()
 	applyMenu(n)
-	n.applyCluster(cluster, shards, replicas)
+	n.applyCluster(cluster, configRef, shards, replicas)
 	n.waitState(cluster, "Active", 3*time.Minute)
 	n.waitConverged(cluster, shards*(1+replicas), 2*time.Minute)
 }
@@ -181,9 +184,17 @@ func (w *stateWatch) states() []string {
 // writer, already running (with some writes acknowledged) and a state watch.
 func day2(t *testing.T, n *ns, cluster string, shards, replicas int) (*day2Writer, *stateWatch) {
 	t.Helper()
-	n.formCluster(cluster, shards, replicas)
-	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
+	return day2Of(t, n, cluster, exampleConfig, shards, replicas)
+}
+
+// day2Of is day2 for a cluster of configRef.
+func day2Of(t *testing.T, n *ns, cluster, configRef string, shards, replicas int) (*day2Writer, *stateWatch) {
+	t.Helper()
+	n.formCluster(cluster, configRef, shards, replicas)
+	password := n.secretValue(cluster+"-auth", "password")
+	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), password, nil)
 	w := &day2Writer{c: c, Writer: loadgen.Start(c, loadgen.Options{Prefix: "day2:", Pace: time.Millisecond})}
+	w.reader = func() valkey.Client { return newClusterClient(t, addrsOf(n.podIPs(cluster)), password, nil) }
 	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
 		return w.Acked() >= 200, fmt.Sprintf("%d acknowledged", w.Acked()), nil
 	})
@@ -194,6 +205,9 @@ func day2(t *testing.T, n *ns, cluster string, shards, replicas int) (*day2Write
 type day2Writer struct {
 	*loadgen.Writer
 	c valkey.Client
+	// reader opens a client on the servers the cluster has now: after a roll none of the
+	// addresses the writer's client started from is left.
+	reader func() valkey.Client
 }
 
 // finishDay2 stops the writer and the watch and checks the pass criteria.
@@ -202,8 +216,11 @@ func finishDay2(t *testing.T, w *day2Writer, watch *stateWatch, what string) {
 	res := w.Stop()
 	ctx, cancel := ctxTimeout(2 * time.Minute)
 	defer cancel()
-	lost, first := loadgen.Missing(ctx, w.c, "day2:", res.Acked)
+	lost, first := loadgen.Missing(ctx, w.reader(), "day2:", res.Acked)
 	t.Logf("e2e: %s: writes acknowledged=%d rejected=%d lost=%d longest-pause=%s", what, len(res.Acked), res.Failed, lost, res.MaxPause.Round(time.Millisecond))
+	if res.Failed > 0 {
+		t.Logf("e2e: %s: why writes were rejected: %v", what, res.Errors)
+	}
 	assert.Zero(t, lost, "acknowledged writes lost during %s; first: %v", what, first)
 	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout %s", what)
 }
@@ -301,7 +318,7 @@ func (n *ns) docker(args ...string) string {
 func TestDay2PrimaryCrash(t *testing.T) {
 	n := newNamespace(t, "e2e-crash")
 	const cluster = "crash"
-	n.formCluster(cluster, 3, 1)
+	n.formCluster(cluster, exampleConfig, 3, 1)
 	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
 	w := loadgen.Start(c, loadgen.Options{Prefix: "crash:", Replicas: 1, Pace: time.Millisecond})
 	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
@@ -383,7 +400,7 @@ func TestDay2UnschedulableScaleStalls(t *testing.T) {
 func TestDay2ShardWithoutReplicaLost(t *testing.T) {
 	n := newNamespace(t, "e2e-noreplica")
 	const cluster = "bare"
-	n.formCluster(cluster, 2, 0)
+	n.formCluster(cluster, exampleConfig, 2, 0)
 	watch := n.watchState(cluster)
 
 	victim := n.nodeWithRole(cluster, "primary")

@@ -38,8 +38,17 @@ func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
 			// Remove the replica: Health wants 1 replica per shard, so it reports shard 0.
 			require.NoError(t, f.admin.RemoveNode(ctx, f.nodes, replica.Name))
 			remaining := without(f.nodes, replica.Name)
+			// Until its pod goes the removed node still tells clients where every slot is
+			// (a reset one would say no node serves any), and no other node lists it.
+			snap, err := f.admin.Observe(ctx, f.nodes)
+			require.NoError(t, err)
+			assert.Equal(t, valkeyops.SlotCount, snap.ByName(replica.Name).SlotsAssigned, "the removed node still knows every slot's owner")
+			for _, n := range remaining {
+				assert.Nil(t, snap.ByName(n.Name).Peer(replica.ID), "%s forgot the removed node", n.Name)
+			}
+			require.NoError(t, f.env.Kill(ctx, replica.Name)) // as the operator deletes its pod
 			waitHealthy(t, f, remaining, 3, 0, 30*time.Second)
-			snap, err := f.admin.Observe(ctx, remaining)
+			snap, err = f.admin.Observe(ctx, remaining)
 			require.NoError(t, err)
 			assert.Contains(t, valkeyops.Health(snap, 3, 1), "primary "+primary.Name+" has 0 of 1 linked replicas")
 

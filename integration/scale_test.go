@@ -66,12 +66,15 @@ func TestScaleOutAndIn(t *testing.T) {
 			snap, err = f.admin.Observe(ctx, all)
 			require.NoError(t, err)
 			require.Empty(t, snap.ByName(leaving[0]).Slots)
+			// As the operator does: remove each node, then stop its server (it deletes the pod).
 			for _, n := range added {
 				if n.Name != leaving[0] {
 					require.NoError(t, f.admin.RemoveNode(ctx, all, n.Name))
+					require.NoError(t, f.env.Kill(ctx, n.Name))
 				}
 			}
 			require.NoError(t, f.admin.RemoveNode(ctx, all, leaving[0]))
+			require.NoError(t, f.env.Kill(ctx, leaving[0]))
 			waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
 
 			verify(t, c, "k:", seq(scaleKeys))

@@ -2,15 +2,18 @@ package reconciler
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
+	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -26,6 +29,8 @@ import (
 const (
 	observeTimeout = 15 * time.Second
 	actionTimeout  = 3 * time.Minute
+	// movedRecheck is how soon a cluster whose background slot move ended is observed again.
+	movedRecheck = 100 * time.Millisecond
 )
 
 // Event reasons of the Active phase.
@@ -40,6 +45,13 @@ const (
 // observeActive connects and observes every node whose pod is ready (or is being deleted but
 // still runs), recording each server's ID, role and pod IP on its ValkeyNode.
 func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
+	if r.moves.busy(p.key) {
+		// A slot move runs in the background (tasks.go). Nothing else touches the servers
+		// meanwhile: connecting with changed credentials (a rotated password, a new
+		// certificate) would close the pooled client the move is using.
+		p.log.V(1).Info("waiting", "reason", "a slot move is under way")
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	}
 	p.members = nil
 	for _, n := range p.nodes {
 		pod := p.pods[n.Name()]
@@ -61,11 +73,30 @@ func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 	return r.observe(ctx, p)
 }
 
-// planActive plans the next action from what observeActive saw and performs it.
+// planActive plans the next action from what observeActive saw and performs it. The live
+// configRef is resolved (from the cache) every pass: its hash against each node's is what
+// rolls a shard. When it does not resolve, resolveConfig's Warning Event says so and nothing
+// is rolled or created until it does.
 func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
+	if ended, busy := r.moves.finished(p.key); busy {
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil) // it ended after observeActive looked
+	} else if ended != nil {
+		// Record how the move ended, then plan from a fresh observation: this pass's
+		// snapshot may predate the move's last step.
+		r.report(p, ended.action, ended.err)
+		return done(ctrl.Result{RequeueAfter: movedRecheck}, nil)
+	}
 	o := plan.Observed{Shards: p.cluster.Shards(), Replicas: p.cluster.ReplicasPerShard()}
+	out := r.resolveConfig(ctx, p)
+	switch {
+	case out == nil:
+		o.Hash = render.NodeSpec(p.cluster, 0, p.resolved, r.opts.Settings.DefaultZoneSpread).SpecHash
+	case out.err != nil:
+		return out
+	}
 	for _, n := range p.nodes {
-		pn := plan.Node{Name: n.Name(), Shard: n.Shard(), Lifecycle: n.Status().Lifecycle, RecordedID: n.Status().NodeID, Pod: plan.PodGone}
+		spec := n.Spec()
+		pn := plan.Node{Name: n.Name(), Shard: spec.Shard, Hash: spec.SpecHash, Lifecycle: n.Status().Lifecycle, RecordedID: n.Status().NodeID, Pod: plan.PodGone}
 		if pod := p.pods[n.Name()]; pod != nil {
 			pn.Pod, pn.Unschedulable = podState(pod)
 		} else if pn.Lifecycle == plan.Joining {
@@ -119,19 +150,33 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 		return again
 	}
 	p.log.Info("topology action", "action", a.Kind, "reason", a.Reason)
+	if a.Kind == plan.Rebalance {
+		// A slot move may take minutes: it runs in the background (tasks.go) and a later
+		// pass reports it.
+		c, members := p.valkey, p.members
+		r.moves.start(ctx, p.key, a, func(ctx context.Context) error { return c.Rebalance(ctx, members, a.Nodes) })
+		return again
+	}
 	actx, cancel := context.WithTimeout(ctx, actionTimeout)
 	defer cancel()
-	if err := r.perform(actx, p, a); err != nil {
-		if apierrors.IsConflict(err) {
-			return again
-		}
-		r.warn(p, ReasonTopologyFail, string(a.Kind), fmt.Sprintf("%s (%s) failed: %v", a.Kind, a.Reason, err))
+	err := r.perform(actx, p, a)
+	if apierrors.IsConflict(err) {
 		return again
+	}
+	r.report(p, a, err)
+	return again
+}
+
+// report records how an action ended: an Event when it succeeded, a Warning Event when it
+// failed (it is planned again on the next pass).
+func (r *Reconciler) report(p *pass, a plan.Action, err error) {
+	if err != nil {
+		r.warn(p, ReasonTopologyFail, string(a.Kind), fmt.Sprintf("%s (%s) failed: %v", a.Kind, a.Reason, err))
+		return
 	}
 	r.clearWarning(p, ReasonTopologyFail)
 	r.clearWarning(p, ReasonTopologyStall)
 	r.event(p, nil, ReasonTopology, string(a.Kind), "%s: %s", a.Kind, a.Reason)
-	return again
 }
 
 func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error {
@@ -146,8 +191,6 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 			return err
 		}
 		return p.valkey.Replicate(ctx, p.members, a.Node, n.Shard())
-	case plan.Rebalance:
-		return p.valkey.Rebalance(ctx, p.members, a.Nodes)
 	case plan.Remove:
 		return p.valkey.RemoveNode(ctx, p.members, a.Node)
 	case plan.Failover:
@@ -194,7 +237,7 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 
 // createNodes creates ValkeyNodes (Joining) and their pods from the live resolution.
 func (r *Reconciler) createNodes(ctx context.Context, p *pass, shards []int) error {
-	if out := r.resolveConfig(ctx, p); out != nil {
+	if p.resolved.Image == "" {
 		return fmt.Errorf("configRef %q does not resolve yet", p.cluster.ConfigRef())
 	}
 	taken := map[string]bool{}
@@ -226,6 +269,38 @@ func (r *Reconciler) ensureActivePods(ctx context.Context, p *pass) *outcome {
 	}
 	if err := r.createPods(ctx, p, joining); err != nil {
 		return done(ctrl.Result{}, err)
+	}
+	return nil
+}
+
+// ensurePodAnnotations brings the cluster's podAnnotations onto every live pod in place:
+// new and changed keys, one merge patch per pod that lacks some, no restart. A removed key
+// stays until the pod is replaced (SPEC §4): the operator cannot tell a key it set from one
+// someone else added.
+func (r *Reconciler) ensurePodAnnotations(ctx context.Context, p *pass) *outcome {
+	want := p.cluster.PodAnnotations()
+	for _, n := range p.nodes {
+		pod := p.pods[n.Name()]
+		if pod == nil || pod.DeletionTimestamp != nil {
+			continue
+		}
+		missing := map[string]any{}
+		for k, v := range want {
+			if have, ok := pod.Annotations[k]; !ok || have != v {
+				missing[k] = v
+			}
+		}
+		if len(missing) == 0 {
+			continue
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": missing}})
+		if err != nil {
+			return done(ctrl.Result{}, err)
+		}
+		if err := r.client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+			return done(ctrl.Result{}, err)
+		}
+		p.log.Info("patched pod annotations", "pod", pod.Name, "keys", len(missing))
 	}
 	return nil
 }

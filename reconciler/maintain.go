@@ -28,16 +28,22 @@ func (r *Reconciler) ensureService(ctx context.Context, p *pass) *outcome {
 	return r.applied(p, "Service", err)
 }
 
-// ensureAuthSecret keeps the auth Secret and reads the passwords the pass logs in with. A
-// password, once generated, is never replaced; a key that is missing altogether (someone
-// deleted it) is generated on its own, with a Warning Event.
+// ensureAuthSecret keeps the auth Secret and the operator's record of the password the
+// servers accept, and reads the passwords of the pass. A password is never regenerated on
+// its own: the user changes it by editing the Secret, and a missing key (or a deleted
+// Secret) is generated anew, with a Warning Event. A changed operator password is not
+// logged in with at once: the running servers do not know it yet. The pass logs in with the
+// recorded one (operatorPassword) while it still differs from the wanted one
+// (operatorPasswordWanted), and syncCredentials rotates the servers from one to the other.
 func (r *Reconciler) ensureAuthSecret(ctx context.Context, p *pass) *outcome {
 	name := render.AuthSecretName(p.key.Name)
 	live := &corev1.Secret{}
+	var pw map[string]string
+	var login string
 	err := apply(ctx, r, p, owned[*corev1.Secret, *corev1ac.SecretApplyConfiguration]{
 		kind: "Secret", name: name, live: live,
 		desire: func(exists bool) (*corev1ac.SecretApplyConfiguration, error) {
-			pw := map[string]string{}
+			pw = map[string]string{}
 			for _, k := range []string{render.AuthPasswordKey, render.AuthOperatorPasswordKey} {
 				if exists && len(live.Data[k]) > 0 {
 					pw[k] = string(live.Data[k])
@@ -52,17 +58,35 @@ func (r *Reconciler) ensureAuthSecret(ctx context.Context, p *pass) *outcome {
 					r.warn(p, ReasonSecretUnavailable, "EnsureAuthSecret", "auth Secret "+name+" lacked key "+k+"; generated a new value")
 				}
 			}
-			p.defaultPassword, p.operatorPassword = pw[render.AuthPasswordKey], pw[render.AuthOperatorPasswordKey]
-			return render.AuthSecret(p.key.Name, p.key.Namespace, p.defaultPassword, p.operatorPassword).
+			var recorded bool
+			var err error
+			login, recorded, err = r.loginPassword(ctx, p)
+			if err != nil {
+				return nil, err
+			}
+			if login == "" {
+				// Nothing recorded: a new cluster, or one from before the record existed,
+				// whose servers were all started with the Secret's operator password.
+				login = pw[render.AuthOperatorPasswordKey]
+			}
+			if !exists && recorded {
+				r.warn(p, ReasonSecretUnavailable, "EnsureAuthSecret", "auth Secret "+name+" was missing; generated new passwords and rotating every node onto them")
+			}
+			return render.AuthSecret(p.key.Name, p.key.Namespace, pw[render.AuthPasswordKey], pw[render.AuthOperatorPasswordKey], login).
 				WithOwnerReferences(p.clusterOwner()), nil
 		},
 		extract: corev1ac.ExtractSecret,
 	})
 	if out := r.applied(p, "Secret", err); out != nil {
-		// Never dial with a password that did not reach the API server.
-		p.defaultPassword, p.operatorPassword = "", ""
 		return out
 	}
+	// Recorded after the auth Secret, so a record always has the Secret it belongs with.
+	if out := r.applied(p, "AuthRecord", r.recordLogin(ctx, p, login)); out != nil {
+		return out
+	}
+	// Never dial with a password that did not reach the API server.
+	p.defaultPassword, p.operatorPasswordWanted = pw[render.AuthPasswordKey], pw[render.AuthOperatorPasswordKey]
+	p.operatorPassword = login
 	return nil
 }
 
@@ -79,6 +103,9 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 		return views.Role{U: u}, ok
 	}
 	spec, missing := render.ACLSpec(p.cluster.ACL(), role, p.defaultPassword, p.operatorPassword)
+	// Both sides of an operator password rotation: a node started now must accept the
+	// password the operator logs in with and the one it is rotating to.
+	spec.OperatorExtraHashes = rotationHashes(p.operatorPassword, p.operatorPasswordWanted)
 	if lookupErr != nil {
 		return done(ctrl.Result{}, lookupErr)
 	}
@@ -87,6 +114,7 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 	} else {
 		r.clearWarning(p, ReasonRoleMissing)
 	}
+	p.acl = spec
 	err := apply(ctx, r, p, owned[*corev1.ConfigMap, *corev1ac.ConfigMapApplyConfiguration]{
 		kind: "ConfigMap", name: render.ACLConfigMapName(p.key.Name), live: &corev1.ConfigMap{},
 		desire: func(bool) (*corev1ac.ConfigMapApplyConfiguration, error) {

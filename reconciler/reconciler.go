@@ -4,8 +4,9 @@
 // this one is the step engine; events.go the Event de-duplication; state.go the TLS check,
 // the seed's state gate and status writes; maintain.go and apply.go the owned objects kept in
 // every state; members.go the ValkeyNodes and pods of a pass; creating.go the bootstrap;
-// active.go the day-2 phase, whose next action the pure planner in plan/ decides; valkey.go
-// the one boundary with the Valkey servers.
+// active.go the day-2 phase, whose next action the pure planner in plan/ decides; live_acl.go
+// the live ACL and password rotation of the Active phase; valkey.go the one boundary with the
+// Valkey servers.
 package reconciler
 
 import (
@@ -80,6 +81,12 @@ type Reconciler struct {
 	expected map[types.NamespacedName]map[string]expectation
 	// warned remembers the last Event message per cluster and reason; see firstTime.
 	warned map[types.NamespacedName]map[string]string
+	// moves runs long slot moves in the background, one per cluster (tasks.go).
+	moves tasks
+	// certs holds, per cluster, the certificate rollout under way (live_tls.go).
+	certs map[types.NamespacedName]*certRollout
+	// logins remembers the operator password each cluster last accepted (live_acl.go).
+	logins loginMemory
 }
 
 // New returns a Reconciler reading through c (the manager's cache-backed client) and
@@ -109,6 +116,7 @@ func New(c client.Client, apiReader client.Reader, opts Options) *Reconciler {
 		opts:      opts,
 		expected:  map[types.NamespacedName]map[string]expectation{},
 		warned:    map[types.NamespacedName]map[string]string{},
+		certs:     map[types.NamespacedName]*certRollout{},
 	}
 }
 
@@ -128,7 +136,11 @@ type pass struct {
 	tlsInvalid string            // status.message when the TLS Secret fails validation
 	tlsKind    string            // the tlscheck failure kind
 
-	defaultPassword, operatorPassword string
+	// operatorPassword is the one the operator logs in with (every server accepts it);
+	// operatorPasswordWanted is the auth Secret's, which differs while a rotation to it is
+	// under way (live_acl.go). acl is the ACL every server should hold.
+	defaultPassword, operatorPassword, operatorPasswordWanted string
+	acl                                                       valkeyops.ACLSpec
 
 	nodes    []views.Node           // the cluster's ValkeyNodes, by shard then name
 	pods     map[string]*corev1.Pod // their pods by name
@@ -137,6 +149,26 @@ type pass struct {
 	members  []valkeyops.Node       // the nodes whose pods are ready, as valkeyops sees them
 	valkey   ValkeyClient           // the cluster's client, once connected
 	snapshot *valkeyops.Snapshot    // the servers' own views (Active phase)
+
+	// requeue, when set, is how soon a step wants the next pass without ending this one
+	// (requeueWithin): it waits on something outside the API, such as a kubelet refreshing a
+	// pod's volume, and the steps after it still run.
+	requeue time.Duration
+}
+
+// requeueWithin asks for the next pass within d at the latest.
+func (p *pass) requeueWithin(d time.Duration) {
+	if p.requeue == 0 || d < p.requeue {
+		p.requeue = d
+	}
+}
+
+// sooner shortens res to the pass's own requeue request, if that comes first.
+func (p *pass) sooner(res ctrl.Result) ctrl.Result {
+	if p.requeue > 0 && (res.RequeueAfter == 0 || p.requeue < res.RequeueAfter) {
+		res.RequeueAfter = p.requeue
+	}
+	return res
 }
 
 // outcome ends a pass early; a nil outcome lets the next step run.
@@ -179,7 +211,10 @@ func (r *Reconciler) steps() []step {
 		{"form-cluster", creating, r.formCluster},
 		{"activate", creating, r.activate},
 		{"ensure-joining-pods", active, r.ensureActivePods},
+		{"pod-annotations", active, r.ensurePodAnnotations},
 		{"observe", active, r.observeActive},
+		{"sync-credentials", active, r.syncCredentials},
+		{"rotate-certificates", active, r.rotateCertificates},
 		{"plan-and-act", active, r.planActive},
 	}
 }
@@ -222,9 +257,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 			}
 			return out.result, fmt.Errorf("step %s: %w", s.name, out.err)
 		}
-		return out.result, nil
+		return p.sooner(out.result), nil
 	}
-	return ctrl.Result{}, nil
+	return p.sooner(ctrl.Result{}), nil
 }
 
 // forget drops what the reconciler remembers of a cluster that is gone.
@@ -232,7 +267,10 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	delete(r.expected, key)
 	delete(r.warned, key)
+	delete(r.certs, key)
 	r.mu.Unlock()
+	r.logins.forget(key)
+	r.moves.stop(key)
 	if r.opts.Valkey != nil {
 		r.opts.Valkey.Release(key)
 	}

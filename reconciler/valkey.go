@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"context"
+	"crypto/x509"
 	"net"
 	"strconv"
 
@@ -38,7 +39,7 @@ type ValkeyClient interface {
 	// Rebalance moves slots with their keys to an even share, draining the primaries named
 	// in leaving; it first finishes any move an earlier run left open.
 	Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) error
-	// RemoveNode resets a node that holds no slots and makes every other node forget it.
+	// RemoveNode makes every other node forget a node that holds no slots (its pod goes next).
 	RemoveNode(ctx context.Context, nodes []valkeyops.Node, name string) error
 	// Failover hands a primary's slots to its best in-sync replica (graceful CLUSTER FAILOVER).
 	Failover(ctx context.Context, nodes []valkeyops.Node, primary string) error
@@ -49,6 +50,19 @@ type ValkeyClient interface {
 	AssignSlots(ctx context.Context, nodes []valkeyops.Node, name string, slots []valkeyops.SlotRange) error
 	// Forget makes every reachable node forget the given node IDs.
 	Forget(ctx context.Context, nodes []valkeyops.Node, ids []string) error
+	// ServedCertificate is the certificate node presents in a TLS handshake (a read, no
+	// command), checked against the cluster CA but not for expiry.
+	ServedCertificate(ctx context.Context, node valkeyops.Node) (*x509.Certificate, error)
+	// ReloadTLS makes node re-read its certificate, key and CA files, without a restart.
+	ReloadTLS(ctx context.Context, node valkeyops.Node) error
+	// ReadAuth reads each node's ACL users and replication login, changing nothing; a node
+	// that cannot be read is reported in its state.
+	ReadAuth(ctx context.Context, nodes []valkeyops.Node) ([]valkeyops.AuthState, error)
+	// ApplyACL makes the nodes' users exactly spec's, live, and verifies them.
+	ApplyACL(ctx context.Context, nodes []valkeyops.Node, spec valkeyops.ACLSpec) error
+	// SyncReplicationAuth sets the nodes' replication login to the one the client logs in
+	// with, and verifies it.
+	SyncReplicationAuth(ctx context.Context, nodes []valkeyops.Node) error
 }
 
 // PoolValkey is the production Valkey: a valkeyops.Pool keyed by cluster.

@@ -6,10 +6,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
-
-	"github.com/valkey-io/valkey-go"
 )
 
 // OperatorUser is the ACL user the operator authenticates as.
@@ -46,7 +45,12 @@ type ACLUser struct {
 // here and appear in the rendered text only as hashes.
 type ACLSpec struct {
 	DefaultPassword, OperatorPassword string
-	Users                             []ACLUser
+	// OperatorExtraHashes are further SHA-256 hex digests the operator's user accepts besides
+	// OperatorPassword's. A password rotation needs them: the new password must be accepted
+	// everywhere before anyone logs in with it, and the old one must stay accepted while a
+	// connection or a replica's masterauth may still use it.
+	OperatorExtraHashes []string
+	Users               []ACLUser
 }
 
 // HashPassword is the hex SHA-256 Valkey stores for a password ("#<hash>" in ACL rules).
@@ -67,6 +71,11 @@ var (
 func ValidateACL(spec ACLSpec) error {
 	if spec.DefaultPassword == "" || spec.OperatorPassword == "" {
 		return opErr("", "acl-validate", fmt.Errorf("%w: default and operator passwords are required", ErrInvalidSpec))
+	}
+	for _, h := range spec.OperatorExtraHashes {
+		if !aclHashRe.MatchString(strings.ToLower(h)) {
+			return opErr("", "acl-validate", fmt.Errorf("%w: user %q: password hash must be 64 hex digits", ErrInvalidSpec, OperatorUser))
+		}
 	}
 	seen := map[string]bool{"default": true, OperatorUser: true}
 	for _, u := range spec.Users {
@@ -198,7 +207,7 @@ func sign(allow bool) string {
 func (spec ACLSpec) users() []aclUserRules {
 	out := []aclUserRules{
 		{name: "default", hashes: []string{HashPassword(spec.DefaultPassword)}, root: allAccess()},
-		{name: OperatorUser, hashes: []string{HashPassword(spec.OperatorPassword)}, root: allAccess()},
+		{name: OperatorUser, hashes: spec.operatorHashes(), root: allAccess()},
 	}
 	for _, u := range spec.Users {
 		r := aclUserRules{name: u.Name, root: aclPermRules{commands: []string{"-@all"}}}
@@ -215,6 +224,20 @@ func (spec ACLSpec) users() []aclUserRules {
 		out = append(out, r)
 	}
 	return out
+}
+
+// operatorHashes are the operator user's hashes: its login password's first, then the extra
+// ones sorted and without repeats, so the rendered file depends only on the set.
+func (spec ACLSpec) operatorHashes() []string {
+	login := HashPassword(spec.OperatorPassword)
+	var extra []string
+	for _, h := range spec.OperatorExtraHashes {
+		if h = strings.ToLower(h); h != login {
+			extra = append(extra, h)
+		}
+	}
+	sort.Strings(extra)
+	return append([]string{login}, slices.Compact(extra)...)
 }
 
 // RenderACL renders the ACL file text: one "user" line per user, passwords only as
@@ -243,7 +266,12 @@ func (a *Admin) ApplyACL(ctx context.Context, nodes []Node, spec ACLSpec) error 
 		// The operator's own user goes first so nothing after it can lock the operator out.
 		cmds := make([][]string, 0, len(users))
 		for _, u := range users {
-			cmds = append(cmds, append([]string{"ACL", "SETUSER", u.name, "reset"}, u.tokens()...))
+			cmd := append([]string{"ACL", "SETUSER", u.name, "reset"}, u.tokens()...)
+			if u.name == OperatorUser {
+				cmds = append([][]string{cmd}, cmds...)
+			} else {
+				cmds = append(cmds, cmd)
+			}
 		}
 		if _, err := a.multi(ctx, n, "acl-setuser", cmds); err != nil {
 			return err
@@ -281,78 +309,8 @@ func (a *Admin) verifyUser(ctx context.Context, n Node, u aclUserRules) error {
 	if err != nil {
 		return opErr(n.Name, "acl-verify", fmt.Errorf("user %s: %w", u.name, err))
 	}
-	mismatch := func(what, have, want string) error {
-		return opErr(n.Name, "acl-verify", fmt.Errorf("user %s: %s is %q, want %q", u.name, what, have, want))
-	}
-	if !got.on {
-		return mismatch("state", "off", "on")
-	}
-	wantHashes := append([]string(nil), u.hashes...)
-	sort.Strings(wantHashes)
-	sort.Strings(got.passwords)
-	if strings.Join(got.passwords, ",") != strings.Join(wantHashes, ",") {
-		return opErr(n.Name, "acl-verify", fmt.Errorf("user %s: password hashes differ", u.name))
-	}
-	perms := append([]aclPermRules{u.root}, u.selectors...)
-	if len(got.perms) != len(perms) {
-		return mismatch("selector count", fmt.Sprint(len(got.perms)-1), fmt.Sprint(len(perms)-1))
-	}
-	for i, p := range perms {
-		g := got.perms[i]
-		if w := strings.Join(p.commands, " "); g.commands != w {
-			return mismatch("commands", g.commands, w)
-		}
-		if w := strings.Join(p.keys, " "); g.keys != w {
-			return mismatch("keys", g.keys, w)
-		}
-		if w := strings.Join(p.channels, " "); g.channels != w {
-			return mismatch("channels", g.channels, w)
-		}
+	if err := compareUser(u.expected(), got); err != nil {
+		return opErr(n.Name, "acl-verify", fmt.Errorf("user %s: %w", u.name, err))
 	}
 	return nil
-}
-
-type getUser struct {
-	on        bool
-	passwords []string
-	perms     []struct{ commands, keys, channels string } // [0] root, rest selectors
-}
-
-// parseGetUser reads an ACL GETUSER reply (RESP3 map or RESP2 flat array).
-func parseGetUser(msg valkey.ValkeyMessage) (getUser, error) {
-	var g getUser
-	m, err := msg.AsMap()
-	if err != nil {
-		return g, err
-	}
-	fl := m["flags"]
-	flags, _ := fl.AsStrSlice()
-	for _, f := range flags {
-		if f == "on" {
-			g.on = true
-		}
-	}
-	pw := m["passwords"]
-	g.passwords, _ = pw.AsStrSlice()
-	perm := func(m map[string]valkey.ValkeyMessage) struct{ commands, keys, channels string } {
-		var p struct{ commands, keys, channels string }
-		str := func(k string) string {
-			v := m[k]
-			s, _ := v.ToString()
-			return s
-		}
-		p.commands, p.keys, p.channels = str("commands"), str("keys"), str("channels")
-		return p
-	}
-	g.perms = append(g.perms, perm(m))
-	sel := m["selectors"]
-	list, _ := sel.ToArray()
-	for _, s := range list {
-		sm, err := s.AsMap()
-		if err != nil {
-			return g, err
-		}
-		g.perms = append(g.perms, perm(sm))
-	}
-	return g, nil
 }

@@ -164,9 +164,12 @@ func (a *Admin) Replicate(ctx context.Context, nodes []Node, replicaName string,
 }
 
 // RemoveNode takes node `name` (a replica, or a primary already drained by Rebalance) out of
-// the cluster: the node is reset (so it stops gossiping and cannot rejoin) and every other
-// node forgets its ID. It refuses a primary that still owns slots. The caller deletes the pod
-// afterwards.
+// the cluster: every other node forgets its ID, so none lists it to clients any more and each
+// refuses its gossip for the FORGET ban (60 s). It refuses a primary that still owns slots.
+// The node itself is left as it is, still answering with its last view until the caller
+// deletes its pod, right afterwards: a reset node would answer CLUSTER SHARDS with itself as
+// the only shard, owning no slot, and clients that refresh their topology from it (valkey-go
+// does, from any node it knows) would find no node for any slot.
 func (a *Admin) RemoveNode(ctx context.Context, nodes []Node, name string) error {
 	_, r, err := a.observeNamed(ctx, nodes, name, "remove-node")
 	if err != nil {
@@ -183,9 +186,6 @@ func (a *Admin) RemoveNode(ctx context.Context, nodes []Node, name string) error
 	}
 	if len(r.Slots) > 0 {
 		return opErr(name, "remove-node", fmt.Errorf("%w: node owns slots %s", ErrUnsafe, FormatRanges(r.Slots)))
-	}
-	if _, err := a.cmd(ctx, r.Node, "cluster-reset", "CLUSTER", "RESET", "SOFT"); err != nil {
-		return err
 	}
 	return a.Forget(ctx, rest, []string{r.ID})
 }

@@ -7,13 +7,54 @@ import (
 	"errors"
 	"fmt"
 	"net"
+
+	"github.com/valkey-io/valkey-go"
 )
 
 // ReloadTLS makes node re-read its certificate, key and CA files without a restart: Valkey
 // only reads them when the settings are set, so they are set again to their current paths in
 // one CONFIG SET (all or nothing).
+//
+// If the node cannot be reached with the Admin's client certificate, the reload is sent over
+// a connection that offers none (the servers verify client certificates only when one is
+// presented). That is the CA change done in a hurry: the Secret's new certificate, which the
+// Admin presents, is signed by a CA that the node will trust only once it has reloaded the
+// new ca.crt, and only this reload can make it do so.
 func (a *Admin) ReloadTLS(ctx context.Context, node Node) error {
-	msg, err := a.cmd(ctx, node, "tls-reload", "CONFIG", "GET", "tls-*-file")
+	err := reloadTLS(node, func(args ...string) (valkey.ValkeyMessage, error) { return a.cmd(ctx, node, "tls-reload", args...) })
+	var server *valkey.ValkeyError
+	if err == nil || a.tls == nil || len(a.tls.Certificates) == 0 || errors.As(err, &server) || errors.Is(err, errNoTLSFiles) {
+		return err
+	}
+	cfg := a.tls.Clone()
+	cfg.Certificates = nil
+	c, cerr := valkey.NewClient(valkey.ClientOption{
+		InitAddress:       []string{a.remap(node.Addr)},
+		Username:          a.opts.Credentials.Username,
+		Password:          a.opts.Credentials.Password,
+		TLSConfig:         cfg,
+		ForceSingleClient: true,
+		DisableCache:      true,
+		DisableRetry:      true,
+		Dialer:            net.Dialer{Timeout: a.opts.DialTimeout},
+		ClientName:        "valkey-operator",
+	})
+	if cerr != nil {
+		return err // the first error says more
+	}
+	defer c.Close()
+	a.logf("tls-reload on %s: retried without a client certificate after: %v", node.Name, err)
+	return reloadTLS(node, func(args ...string) (valkey.ValkeyMessage, error) {
+		msg, err := c.Do(ctx, c.B().Arbitrary(args...).Build()).ToMessage()
+		return msg, opErr(node.Name, "tls-reload", err)
+	})
+}
+
+var errNoTLSFiles = errors.New("node has no TLS certificate configured")
+
+// reloadTLS sends the reload's two commands through do.
+func reloadTLS(node Node, do func(args ...string) (valkey.ValkeyMessage, error)) error {
+	msg, err := do("CONFIG", "GET", "tls-*-file")
 	if err != nil {
 		return err
 	}
@@ -28,10 +69,66 @@ func (a *Admin) ReloadTLS(ctx context.Context, node Node) error {
 		}
 	}
 	if len(args) == 2 || kv["tls-cert-file"] == "" {
-		return opErr(node.Name, "tls-reload", errors.New("node has no TLS certificate configured"))
+		return opErr(node.Name, "tls-reload", errNoTLSFiles)
 	}
-	_, err = a.cmd(ctx, node, "tls-reload", args...)
+	_, err = do(args...)
 	return err
+}
+
+// ErrUntrustedCertificate means a server presented a certificate that does not verify against
+// the credentials' CA bundle under their server name. During a CA change the bundle must hold
+// the old and the new CA until every node serves a certificate of the new one.
+var ErrUntrustedCertificate = errors.New("served certificate not trusted")
+
+// ServedCertificate returns the leaf certificate node presents in a TLS handshake. It is a
+// read: the handshake is all that is sent, no command. The chain is checked as the Admin's own
+// connections check it (the credentials' CA bundle and server name, see Credentials.TLSConfig)
+// except for validity periods: an expired certificate is returned, not refused, because expiry
+// is only a warning and the operator must still see which certificate a node serves in order
+// to get a renewed one loaded. No client certificate is offered (the servers do not demand
+// one), so a node that does not trust the operator's certificate yet still shows its own.
+//
+// Errors: ErrUntrustedCertificate when the chain or name does not verify, ErrUnreachable when
+// no handshake completes, ErrInvalidSpec for credentials without a CA (not a TLS cluster).
+func (a *Admin) ServedCertificate(ctx context.Context, node Node) (*x509.Certificate, error) {
+	const step = "served-certificate"
+	cred := a.opts.Credentials
+	if !cred.TLS() {
+		return nil, opErr(node.Name, step, fmt.Errorf("%w: credentials without a CA", ErrInvalidSpec))
+	}
+	cas := parseCerts(cred.CA)
+	roots := x509.NewCertPool()
+	for _, ca := range cas {
+		roots.AddCert(ca)
+	}
+	var leaf *x509.Certificate
+	var untrusted error
+	cfg := &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		ServerName: cred.ServerName,
+		// Replaced by verifyIgnoringValidity below, as in Credentials.TLSConfig.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if err := verifyIgnoringValidity(cs.PeerCertificates, roots, cas, cred.ServerName); err != nil {
+				untrusted = err
+				return err
+			}
+			leaf = cs.PeerCertificates[0]
+			return nil
+		},
+	}
+	dctx, cancel := context.WithTimeout(ctx, a.opts.DialTimeout)
+	defer cancel()
+	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
+	conn, err := d.DialContext(dctx, "tcp", a.remap(node.Addr))
+	switch {
+	case untrusted != nil:
+		return nil, opErr(node.Name, step, fmt.Errorf("%w: %v", ErrUntrustedCertificate, untrusted))
+	case err != nil:
+		return nil, opErr(node.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
+	}
+	_ = conn.Close()
+	return leaf, nil
 }
 
 // ServedCertificate returns the leaf certificate the server at addr presents, after verifying

@@ -168,13 +168,13 @@ func (b *bench) secret(ctx context.Context, ns, name, key string) (string, error
 	return string(v), nil
 }
 
-// applyCluster creates namespace ns and a ValkeyCluster of the example config in it.
-func (b *bench) applyCluster(ctx context.Context, ns, name string, shards, replicas int) error {
+// applyCluster creates namespace ns and a ValkeyCluster of configRef in it.
+func (b *bench) applyCluster(ctx context.Context, ns, name, configRef string, shards, replicas int) error {
 	if err := b.env.EnsureNamespace(ctx, ns); err != nil {
 		return err
 	}
-	_, err := b.kubectl.In(ns).RunWithInput(ctx, fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: standard\n  shards: %d\n  replicasPerShard: %d\n",
-		name, shards, replicas), "apply", "-f", "-")
+	_, err := b.kubectl.In(ns).RunWithInput(ctx, fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: %d\n  replicasPerShard: %d\n",
+		name, configRef, shards, replicas), "apply", "-f", "-")
 	return err
 }
 

@@ -4,6 +4,7 @@
 //	recovery: kind=pod-deleted writes-resumed-s=<x> topology-s=<y> lost=<n>
 //	recovery: kind=crash writes-resumed-s=<x> topology-s=<y> lost=<n>
 //	scaleout: ours=<keys/s> valkey-cli=<keys/s> ratio=<ours/valkey-cli>
+//	roll: seconds-per-shard=<x> longest-pause-s=<y> lost=<n>
 //
 // recovery: a 3x1 cluster with two writers running through cluster-mode valkey-go clients:
 // internal/loadgen over the whole key space (its acknowledged writes are read back afterwards:
@@ -26,6 +27,13 @@
 // --cluster-use-empty-masters` timed until it exits and the servers report the even 4-shard
 // layout. Ours includes creating, scheduling and joining the new shard's pods; valkey-cli's
 // timing starts with its nodes already joined (stderr logs when ours' first slot moved).
+//
+// roll: a 3x1 cluster of a ValkeyConfig of its own, with loadgen writing; an edit to that
+// config (maxmemory-policy) replaces every node, shard by shard, replacement first, failing
+// each primary over gracefully. seconds-per-shard is the time from the edit until every old
+// node is gone and the cluster converged as above, over 3; longest-pause-s is loadgen's
+// longest gap between two acknowledged writes over the roll; lost counts acknowledged writes
+// not read back.
 //
 // Progress goes to stderr, the result lines to stdout. Everything started (dev cluster,
 // operator process, containers) is removed at the end, on error and on SIGINT/SIGTERM.
@@ -50,12 +58,14 @@ import (
 var (
 	keys          = flag.Int("keys", 1_000_000, "keys written before the scale-out (both sides)")
 	valueBytes    = flag.Int("value-bytes", 16, "size of each value written before the scale-out")
-	totalTimeout  = flag.Duration("timeout", 14*time.Minute, "bound on the whole run")
+	totalTimeout  = flag.Duration("timeout", 20*time.Minute, "bound on the whole run")
 	healTimeout   = flag.Duration("heal-timeout", 3*time.Minute, "bound on each recovery's convergence")
 	scaleTimeout  = flag.Duration("scale-timeout", 6*time.Minute, "bound on each side's scale-out")
 	pace          = flag.Duration("pace", time.Millisecond, "pause between two writes of each writer")
 	skipRecovery  = flag.Bool("skip-recovery", false, "skip the two recovery measurements")
 	skipScaleout  = flag.Bool("skip-scaleout", false, "skip the scale-out comparison")
+	skipRoll      = flag.Bool("skip-roll", false, "skip the rolling replacement measurement")
+	rollTimeout   = flag.Duration("roll-timeout", 6*time.Minute, "bound on the rolling replacement")
 	keepLogs      = flag.Bool("keep-logs", false, "keep the operator's log folder even on success")
 	operatorDebug = flag.Bool("operator-debug", false, "run the operator with -zap-log-level=debug (valkeyops steps in its log)")
 )
@@ -127,6 +137,11 @@ func run() error {
 	if !*skipRecovery {
 		if err := b.recoveries(ctx); err != nil {
 			return b.explain(err)
+		}
+	}
+	if !*skipRoll {
+		if err := b.roll(ctx); err != nil {
+			return b.explain(fmt.Errorf("roll: %w", err))
 		}
 	}
 	if *skipScaleout {

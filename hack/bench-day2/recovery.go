@@ -15,11 +15,11 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
-// waitNewCluster applies a shards x replicas cluster in namespace ns and waits until it is
-// converged; it returns the default user's password.
-func (b *bench) waitNewCluster(ctx context.Context, ns, name string, shards, replicas int) (string, error) {
+// waitNewCluster applies a shards x replicas cluster of configRef in namespace ns and waits
+// until it is converged; it returns the default user's password.
+func (b *bench) waitNewCluster(ctx context.Context, ns, name, configRef string, shards, replicas int) (string, error) {
 	start := time.Now()
-	if err := b.applyCluster(ctx, ns, name, shards, replicas); err != nil {
+	if err := b.applyCluster(ctx, ns, name, configRef, shards, replicas); err != nil {
 		return "", err
 	}
 	var password string
@@ -42,7 +42,7 @@ func (b *bench) waitNewCluster(ctx context.Context, ns, name string, shards, rep
 // cluster (converged again in between), then deletes it.
 func (b *bench) recoveries(ctx context.Context) error {
 	const ns, name = "bench-recovery", "rec"
-	password, err := b.waitNewCluster(ctx, ns, name, 3, 1)
+	password, err := b.waitNewCluster(ctx, ns, name, exampleConfig, 3, 1)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ var mirroredSettings = []string{"maxmemory", "maxmemory-policy", "save", "append
 func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) {
 	const ns, name = "bench-scaleout", "scale"
 	var shape serverShape
-	password, err := b.waitNewCluster(ctx, ns, name, 3, 1)
+	password, err := b.waitNewCluster(ctx, ns, name, exampleConfig, 3, 1)
 	if err != nil {
 		return 0, shape, err
 	}

@@ -46,7 +46,11 @@ type Writer struct {
 	lastAck     time.Time
 	maxPause    time.Duration
 	outcomes    []Outcome
+	errs        map[string]int
 }
+
+// maxErrorKinds bounds Result.Errors: enough to tell a refusal from a timeout.
+const maxErrorKinds = 8
 
 // Result is what a stopped Writer saw.
 type Result struct {
@@ -55,6 +59,9 @@ type Result struct {
 	Unconfirmed int           // with Replicas: taken by the primary, not confirmed by replicas
 	MaxPause    time.Duration // the longest time between two acknowledged writes
 	Outcomes    []Outcome     // with Record: every write, in order
+	// Errors counts failed writes by error text (the first maxErrorKinds kinds; "other"
+	// beyond), so a report can say why writes failed.
+	Errors map[string]int
 }
 
 // Value is the value written under index i.
@@ -78,9 +85,12 @@ func (w *Writer) run() {
 			return
 		default:
 		}
-		acked, taken := w.write(i)
+		acked, taken, err := w.write(i)
 		now := time.Now()
 		w.mu.Lock()
+		if err != nil {
+			w.countError(err)
+		}
 		if w.o.Record {
 			w.outcomes = append(w.outcomes, Outcome{End: now, Acked: acked})
 		}
@@ -102,22 +112,38 @@ func (w *Writer) run() {
 }
 
 // write sends one SET (and WAIT): acked when it counts as acknowledged, taken when the
-// primary took it without the replicas confirming it.
-func (w *Writer) write(i int) (acked, taken bool) {
+// primary took it without the replicas confirming it; err says why a write failed.
+func (w *Writer) write(i int) (acked, taken bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), w.o.Timeout)
 	defer cancel()
 	set := w.c.B().Set().Key(w.o.Prefix + strconv.Itoa(i)).Value(Value(i)).Build()
 	if w.o.Replicas == 0 {
-		return w.c.Do(ctx, set).Error() == nil, false
+		err := w.c.Do(ctx, set).Error()
+		return err == nil, false, err
 	}
 	// A keyless WAIT in the same pipeline as a keyed SET goes to the same node.
 	wait := w.c.B().Wait().Numreplicas(int64(w.o.Replicas)).Timeout(w.o.Timeout.Milliseconds() / 2).Build()
 	res := w.c.DoMulti(ctx, set, wait)
-	if res[0].Error() != nil {
-		return false, false
+	if err := res[0].Error(); err != nil {
+		return false, false, err
 	}
 	n, err := res[1].AsInt64()
-	return err == nil && n >= int64(w.o.Replicas), true
+	return err == nil && n >= int64(w.o.Replicas), true, nil
+}
+
+// countError adds err to the error counts (w.mu held).
+func (w *Writer) countError(err error) {
+	if w.errs == nil {
+		w.errs = map[string]int{}
+	}
+	key := err.Error()
+	if len(key) > 80 {
+		key = key[:80]
+	}
+	if _, ok := w.errs[key]; !ok && len(w.errs) >= maxErrorKinds {
+		key = "other"
+	}
+	w.errs[key]++
 }
 
 // Acked is how many writes were acknowledged so far.
@@ -140,7 +166,7 @@ func (w *Writer) Stop() Result {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: w.unconfirmed, MaxPause: w.maxPause, Outcomes: w.outcomes}
+	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: w.unconfirmed, MaxPause: w.maxPause, Outcomes: w.outcomes, Errors: w.errs}
 }
 
 // Missing reads prefix+<i> for every i in keys through c and counts those that are gone or

@@ -43,6 +43,8 @@ type Node struct {
 	RecordedID string
 	// State is the server's own report; nil when its pod is not ready, unreachable otherwise.
 	State *valkeyops.NodeState
+	// Hash is the node's spec hash, fixed at creation: everything whose change needs a new node.
+	Hash string
 
 	dying *valkeyops.NodeState // State of a server whose pod is being deleted
 }
@@ -50,7 +52,10 @@ type Node struct {
 // Observed is everything one pass knows.
 type Observed struct {
 	Shards, Replicas int // the live spec
-	Nodes            []Node
+	// Hash is the spec hash a node created now would get; a node with another one is rolled
+	// (replaced). "" when the live configRef does not resolve: nothing is rolled then.
+	Hash  string
+	Nodes []Node
 }
 
 // Kind names an action.
@@ -65,7 +70,7 @@ const (
 	Rebalance   Kind = "Rebalance"   // move slots with their keys; Leaving primaries are drained
 	MarkActive  Kind = "MarkActive"  // Nodes joined: lifecycle Active
 	MarkLeaving Kind = "MarkLeaving" // Nodes are to go: lifecycle Leaving
-	Remove      Kind = "Remove"      // CLUSTER RESET Node and FORGET it everywhere
+	Remove      Kind = "Remove"      // FORGET Node everywhere else (it holds no slots); Delete follows
 	Takeover    Kind = "Takeover"    // promote replica Node without a vote: too few primaries to elect
 	Failover    Kind = "Failover"    // graceful CLUSTER FAILOVER of primary Node to an in-sync replica
 	DropSlots   Kind = "DropSlots"   // forget dead IDs whose slots had no other copy (their data is lost)
@@ -108,12 +113,16 @@ type Action struct {
 //  10. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
 //  11. a departing shard's primary holding slots, or slots uneven by over 1%: Rebalance;
 //  12. departing shards and surplus replicas (never a slot-holding primary): MarkLeaving;
-//  13. joined nodes not Active yet: MarkActive.
+//  13. joined nodes not Active yet: MarkActive;
+//  14. a node whose spec hash is not the live one: roll its shard (the lowest such shard
+//     first, one at a time): CreateNodes one replacement, Wait until it is a synced replica,
+//     MarkLeaving a stale replica (replicas before their primary), Failover a stale primary
+//     to a synced replica and only then MarkLeaving it.
 func Next(o Observed) Action {
 	v := index(o)
 	for _, rule := range []func(view) (Action, bool){
 		resumeMoves, handOver, retireLeaving, dropLost, createMissing, waitFailover, waitStarting,
-		adoptOrphans, forgetDead, joinNew, balance, markDeparting, activateJoined,
+		adoptOrphans, forgetDead, joinNew, balance, markDeparting, activateJoined, roll,
 	} {
 		if a, ok := rule(v); ok {
 			return a

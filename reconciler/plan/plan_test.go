@@ -25,7 +25,9 @@ type srv struct {
 	linkDown  bool
 	importing bool
 	unsched   string
-	answers   bool // with pod PodLost: the server still answers while its pod is deleted
+	answers   bool   // with pod PodLost: the server still answers while its pod is deleted
+	hash      string // spec hash; default "h1"
+	lag       int64  // a replica's offset behind its primary
 }
 
 // ghost is a node ID some servers still know: a dead node.
@@ -66,9 +68,12 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		return fmt.Sprintf("%s 10.0.0.1:6379@16379 %s %s 0 0 1 connected %s", id(s), flags, primary, slots)
 	}
 	for _, s := range servers {
-		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded}
+		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded, Hash: s.hash}
 		if n.Lifecycle == "" {
 			n.Lifecycle = plan.Active
+		}
+		if n.Hash == "" {
+			n.Hash = "h1"
 		}
 		switch n.RecordedID {
 		case "":
@@ -97,9 +102,9 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 			st := &valkeyops.NodeState{Node: valkeyops.Node{Name: s.name, Shard: s.shard}, Reachable: true, View: view, KnownNodes: known}
 			self := st.Self()
 			st.ID, st.Slots = self.ID, self.Slots
-			st.Role, st.LinkState = valkeyops.RolePrimary, "up"
+			st.Role, st.LinkState, st.ReplOffset = valkeyops.RolePrimary, "up", 1000
 			if s.of != "" {
-				st.Role, st.PrimaryID = valkeyops.RoleReplica, self.PrimaryID
+				st.Role, st.PrimaryID, st.ReplOffset = valkeyops.RoleReplica, self.PrimaryID, 1000-s.lag
 				if s.linkDown {
 					st.LinkState = "down"
 				}
@@ -306,6 +311,13 @@ func TestNext(t *testing.T) {
 				return s
 			}))
 		}, plan.Action{Kind: plan.Remove, Node: "b1"}},
+		{"a leaving primary waits while its replica is not seen leaving yet", func(t *testing.T) plan.Observed {
+			return observed(t, 1, 1, with(formed2x1(), func(s []srv) []srv {
+				s[0].slots, s[2].slots = "0-16383", ""
+				s[2].life = plan.Leaving // b1's Leaving is still on its way through the cache
+				return s
+			}))
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b1"}}},
 		{"leaving primary still holding slots is drained", func(t *testing.T) plan.Observed {
 			return observed(t, 1, 1, with(formed2x1(), func(s []srv) []srv { s[2].life, s[3].life = plan.Leaving, plan.Leaving; return s }))
 		}, plan.Action{Kind: plan.Rebalance, Nodes: []string{"a1"}}},
@@ -317,6 +329,124 @@ func TestNext(t *testing.T) {
 		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0", "b1"}}},
 		{"replica scale-up", func(t *testing.T) plan.Observed { return observed(t, 2, 2, formed2x1()) },
 			plan.Action{Kind: plan.CreateNodes, Shards: []int{0, 1}}},
+		{"a scale-out undone while its pods cannot be scheduled retires them", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, append(formed2x1(),
+				srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, unsched: "0/6 nodes are available"},
+				srv{name: "b2", shard: 2, life: plan.Joining, pod: plan.PodStarting, unsched: "0/6 nodes are available"}))
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"a2", "b2"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := plan.Next(tt.obs(t))
+			if got.Kind != plan.None {
+				assert.NotEmpty(t, got.Reason, "every action says why")
+			}
+			got.Reason = ""
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}
+
+// rollTo is what a pass observes after the spec was edited: the live hash is "h2" while the
+// servers were made from "h1" unless they say otherwise.
+func rollTo(t *testing.T, shards, replicas int, servers []srv) plan.Observed {
+	o := observed(t, shards, replicas, servers)
+	o.Hash = "h2"
+	return o
+}
+
+// fresh is a replacement made from the live spec.
+func fresh(name string, shard int, of string) srv {
+	return srv{name: name, shard: shard, of: of, hash: "h2"}
+}
+
+func TestRoll(t *testing.T) {
+	tests := []struct {
+		name string
+		obs  func(t *testing.T) plan.Observed
+		want plan.Action
+	}{
+		{"an unchanged hash gives no action", func(t *testing.T) plan.Observed {
+			o := observed(t, 2, 1, formed2x1())
+			o.Hash = "h1"
+			return o
+		}, plan.Action{}},
+		{"an unresolved live spec rolls nothing", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, formed2x1()) // Hash ""
+		}, plan.Action{}},
+		{"the first stale shard surges a replacement first", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, formed2x1())
+		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
+		{"a replacement still starting is waited for", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, append(formed2x1(), srv{name: "c0", shard: 0, hash: "h2", life: plan.Joining, pod: plan.PodStarting}))
+		}, plan.Action{Kind: plan.Wait}},
+		{"an unschedulable replacement stalls the shard with a warning, nothing retires", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, append(formed2x1(), srv{name: "c0", shard: 0, hash: "h2", life: plan.Joining, pod: plan.PodStarting, unsched: "0/1 nodes are available: insufficient memory"}))
+		}, plan.Action{Kind: plan.Wait, Warning: true}},
+		{"a replacement that is not yet a replica is attached", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, append(formed2x1(), srv{name: "c0", shard: 0, hash: "h2", life: plan.Joining, alone: true}))
+		}, plan.Action{Kind: plan.Replicate, Node: "c0"}},
+		{"a joined replacement becomes Active first", func(t *testing.T) plan.Observed {
+			c := fresh("c0", 0, "a0")
+			c.life = plan.Joining
+			return rollTo(t, 2, 1, append(formed2x1(), c))
+		}, plan.Action{Kind: plan.MarkActive, Nodes: []string{"c0"}}},
+		{"a replacement lagging behind its primary is waited for", func(t *testing.T) plan.Observed {
+			c := fresh("c0", 0, "a0")
+			c.lag = valkeyops.MaxSyncLag + 1
+			return rollTo(t, 2, 1, append(formed2x1(), c))
+		}, plan.Action{Kind: plan.Wait}},
+		{"with a synced replacement the stale replica retires before its primary", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, append(formed2x1(), fresh("c0", 0, "a0")))
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
+		{"the retiring replica is removed before anything else", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, with(append(formed2x1(), fresh("c0", 0, "a0")), func(s []srv) []srv { s[1].life = plan.Leaving; return s }))
+		}, plan.Action{Kind: plan.Remove, Node: "b0"}},
+		{"only the primary stale: a second replacement surges before the failover", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, []srv{
+				{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"),
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
+		{"a stale primary fails over gracefully to a synced replacement", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, []srv{
+				{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"), fresh("d0", 0, "a0"),
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+		}, plan.Action{Kind: plan.Failover, Node: "a0"}},
+		{"after the failover the old primary, now a replica, retires", func(t *testing.T) plan.Observed {
+			c := fresh("c0", 0, "")
+			c.slots = "0-8191"
+			return rollTo(t, 2, 1, []srv{
+				{name: "a0", shard: 0, of: "c0"}, c, fresh("d0", 0, "c0"),
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"a0"}}},
+		{"a rolled shard is done: the next shard starts", func(t *testing.T) plan.Observed {
+			c := fresh("c0", 0, "")
+			c.slots = "0-8191"
+			return rollTo(t, 2, 1, []srv{
+				c, fresh("d0", 0, "c0"),
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{1}}},
+		{"no replicas: the replacement surges, then takes the slots by failover", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 0, []srv{
+				{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"),
+				{name: "a1", shard: 1, slots: "8192-16383"},
+			})
+		}, plan.Action{Kind: plan.Failover, Node: "a0"}},
+		{"a stale replacement still joining is retired, not waited for (the edit was undone)", func(t *testing.T) plan.Observed {
+			o := observed(t, 2, 1, append(formed2x1(), srv{name: "c0", shard: 0, hash: "h2", life: plan.Joining, pod: plan.PodStarting, unsched: "no room"}))
+			o.Hash = "h1"
+			return o
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"c0"}}},
+		{"a replica scale-down during a roll retires stale nodes first", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 0, append(formed2x1(), fresh("c0", 0, "a0")))
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0", "b1"}}},
+		{"a lost node is healed before the roll goes on", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, with(append(formed2x1(), fresh("c0", 0, "a0")), func(s []srv) []srv { s[3].pod = plan.PodGone; return s }))
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b1"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

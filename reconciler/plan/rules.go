@@ -73,6 +73,10 @@ func retireLeaving(v view) (Action, bool) {
 	for _, n := range leaving {
 		id, known := v.leavingID(n)
 		switch {
+		case n.reachable() && v.followed(n):
+			// Its replicas go first; one not seen Leaving yet (a status write still on its
+			// way through the cache) would refuse to forget its own primary.
+			continue
 		case n.reachable() && known:
 			return Action{Kind: Remove, Node: n.Name, Reason: n.Name + " is leaving"}, true
 		case known && v.owners[id] > 0:
@@ -84,6 +88,16 @@ func retireLeaving(v view) (Action, bool) {
 		}
 	}
 	return Action{}, false
+}
+
+// followed reports whether a reachable server replicates n.
+func (v view) followed(n *Node) bool {
+	for _, o := range v.reachable {
+		if o != n && o.State.Role == valkeyops.RoleReplica && o.State.PrimaryID == n.State.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // waitFailover guards every shard whose slots are still owned, in the servers' views, by an
@@ -163,6 +177,9 @@ func waitStarting(v view) (Action, bool) {
 		if n.Pod != PodStarting && n.reachable() {
 			continue
 		}
+		if v.unwanted(n) {
+			continue
+		}
 		if n.Unschedulable != "" {
 			return Action{Kind: Wait, Warning: true, Reason: "pod " + n.Name + " cannot be scheduled: " + n.Unschedulable}, true
 		}
@@ -235,7 +252,7 @@ func joinNew(v view) (Action, bool) {
 	}
 	for _, n := range v.live {
 		p := v.primaryOf(n.Shard)
-		if p == nil || n == p {
+		if p == nil || n == p || v.unwanted(n) {
 			continue
 		}
 		if !n.inCluster() || n.State.Role != valkeyops.RoleReplica || n.State.PrimaryID != p.State.ID || n.State.LinkState != "up" {
@@ -284,11 +301,21 @@ func markDeparting(v view) (Action, bool) {
 	for s := 0; s < v.Shards; s++ {
 		members := v.byShard[s]
 		surplus := len(members) - (1 + v.Replicas)
-		// Joining nodes go first, then replicas by name; a primary never.
+		if v.surging(s) {
+			surplus-- // the replacement of a stale node: roll retires the stale one
+		}
+		// Stale nodes go first, then Joining ones, then replicas by name; a primary never.
+		rank := func(n *Node) int {
+			switch {
+			case v.stale(n):
+				return 0
+			case n.Lifecycle == Joining:
+				return 1
+			}
+			return 2
+		}
 		cands := append([]*Node(nil), members...)
-		sort.SliceStable(cands, func(i, j int) bool {
-			return cands[i].Lifecycle == Joining && cands[j].Lifecycle != Joining
-		})
+		sort.SliceStable(cands, func(i, j int) bool { return rank(cands[i]) < rank(cands[j]) })
 		for _, n := range cands {
 			if surplus <= 0 {
 				break

@@ -89,22 +89,39 @@ func NewPassword(r io.Reader) (string, error) {
 	return hex.EncodeToString(b), nil
 }
 
-// AuthSecret renders the auth Secret holding the given passwords and the replication login
-// derived from the operator password.
-func AuthSecret(cluster, namespace, password, operatorPassword string) *corev1ac.SecretApplyConfiguration {
+// AuthSecret renders the auth Secret: the passwords the user may read and edit, and the
+// replication login new pods start with. That login is the operator password every server
+// accepts now (loginPassword), which is the user's operatorPassword except while a rotation
+// to it is under way: a pod created meanwhile must authenticate to primaries that do not
+// know the new password yet.
+func AuthSecret(cluster, namespace, password, operatorPassword, loginPassword string) *corev1ac.SecretApplyConfiguration {
 	return corev1ac.Secret(AuthSecretName(cluster), namespace).
 		WithLabels(Labels(cluster)).
 		WithType(corev1.SecretTypeOpaque).
 		WithData(map[string][]byte{
 			AuthPasswordKey:         []byte(password),
 			AuthOperatorPasswordKey: []byte(operatorPassword),
-			AuthReplicationConfKey:  ReplicationConf(operatorPassword),
+			AuthReplicationConfKey:  ReplicationConf(loginPassword),
 		})
 }
 
+// AppliedAuthSecretName is the name of the Secret in which the operator records the operator
+// password every server accepts.
+func AppliedAuthSecretName(cluster string) string { return cluster + "-auth-applied" }
+
+// AppliedAuthSecret renders the operator's record of the operator password every server
+// accepts (the one it logs in with). It lives apart from the auth Secret so that editing or
+// deleting that Secret, or restarting the operator half-way through a rotation, never loses
+// the one password the running servers are known to accept.
+func AppliedAuthSecret(cluster, namespace, loginPassword string) *corev1ac.SecretApplyConfiguration {
+	return corev1ac.Secret(AppliedAuthSecretName(cluster), namespace).
+		WithLabels(Labels(cluster)).
+		WithType(corev1.SecretTypeOpaque).
+		WithData(map[string][]byte{AuthOperatorPasswordKey: []byte(loginPassword)})
+}
+
 // ReplicationConf renders the valkey.conf fragment with which replicas authenticate to their
-// primary as the operator's user; it is derived from the operator password and kept in step
-// with it.
+// primary as the operator's user, with the operator password the servers accept.
 func ReplicationConf(operatorPassword string) []byte {
 	return []byte("masteruser operator\nmasterauth " + operatorPassword + "\n")
 }

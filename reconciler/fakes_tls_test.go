@@ -1,0 +1,157 @@
+//go:build envtest
+
+package reconciler_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"sync"
+
+	"github.com/gomomento/valkey-operator/valkeyops"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// fakeTLS plays the TLS side of the fake servers. Each node serves the certificate it loaded
+// last; it loads its pod's copy of the TLS Secret when it starts (first looked at) and on each
+// reload. That copy is what the operator itself reads from the Secret (the credentials it
+// connects with), as if the kubelet refreshed volumes at once, unless a test freezes it to
+// play a kubelet that has not refreshed the volume yet.
+//
+// It refuses what a real server and handshake refuse: a reload on a server without TLS, and a
+// served certificate that the operator's credentials do not trust (checked with their own
+// verification, validity periods aside, as valkeyops does).
+type fakeTLS struct {
+	mu      sync.Mutex
+	frozen  map[types.NamespacedName]*tlsFiles           // a cluster's volume content while frozen
+	loaded  map[types.NamespacedName]map[string]tlsFiles // per node: what it serves and trusts
+	reloads map[types.NamespacedName]map[string]int
+}
+
+// tlsFiles is what a node reads from its TLS volume.
+type tlsFiles struct{ cert, ca []byte }
+
+var fakeCerts = &fakeTLS{
+	frozen:  map[types.NamespacedName]*tlsFiles{},
+	loaded:  map[types.NamespacedName]map[string]tlsFiles{},
+	reloads: map[types.NamespacedName]map[string]int{},
+}
+
+// freeze keeps the cluster's volumes at the content the operator last connected with, until
+// thaw.
+func (f *fakeTLS) freeze(c *fakeValkey, key types.NamespacedName) {
+	cred := c.lastCredentials(key)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.frozen[key] = &tlsFiles{cert: cred.Cert, ca: cred.CA}
+}
+
+func (f *fakeTLS) thaw(key types.NamespacedName) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.frozen, key)
+}
+
+// reloadCount is how many reloads node got; total sums the cluster's nodes.
+func (f *fakeTLS) reloadCount(key types.NamespacedName) (perNode map[string]int, total int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	perNode = map[string]int{}
+	for n, c := range f.reloads[key] {
+		perNode[n] = c
+		total += c
+	}
+	return perNode, total
+}
+
+// trusted is the CA bundle node last loaded.
+func (f *fakeTLS) trusted(key types.NamespacedName, node string) []byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.loaded[key][node].ca
+}
+
+// volume is the cluster's TLS volume content now; cred are the operator's latest credentials.
+func (f *fakeTLS) volume(key types.NamespacedName, cred valkeyops.Credentials) tlsFiles {
+	if v := f.frozen[key]; v != nil {
+		return *v
+	}
+	return tlsFiles{cert: cred.Cert, ca: cred.CA}
+}
+
+func (c *fakeClient) ServedCertificate(_ context.Context, node valkeyops.Node) (*x509.Certificate, error) {
+	c.f.mu.Lock()
+	c.f.calls[c.key]++
+	cred := c.f.creds[c.key]
+	c.f.mu.Unlock()
+	if !cred.TLS() {
+		return nil, fmt.Errorf("fake: %s: %w: not a TLS server", node.Name, valkeyops.ErrInvalidSpec)
+	}
+	f := fakeCerts
+	f.mu.Lock()
+	if f.loaded[c.key] == nil {
+		f.loaded[c.key] = map[string]tlsFiles{}
+	}
+	files, ok := f.loaded[c.key][node.Name]
+	if !ok {
+		files = f.volume(c.key, cred) // the server starts with what its volume holds
+		f.loaded[c.key][node.Name] = files
+	}
+	f.mu.Unlock()
+	chain, err := parseChain(files.cert)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := cred.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.VerifyConnection(tls.ConnectionState{ServerName: cfg.ServerName, PeerCertificates: chain}); err != nil {
+		return nil, fmt.Errorf("fake: %s: %w: %v", node.Name, valkeyops.ErrUntrustedCertificate, err)
+	}
+	return chain[0], nil
+}
+
+func (c *fakeClient) ReloadTLS(_ context.Context, node valkeyops.Node) error {
+	c.f.mu.Lock()
+	c.f.calls[c.key]++
+	c.f.writes[c.key]++ // CONFIG SET: a write command
+	cred := c.f.creds[c.key]
+	c.f.mu.Unlock()
+	if !cred.TLS() {
+		return fmt.Errorf("fake: %s: node has no TLS certificate configured", node.Name)
+	}
+	f := fakeCerts
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.loaded[c.key] == nil {
+		f.loaded[c.key] = map[string]tlsFiles{}
+	}
+	if f.reloads[c.key] == nil {
+		f.reloads[c.key] = map[string]int{}
+	}
+	f.loaded[c.key][node.Name] = f.volume(c.key, cred)
+	f.reloads[c.key][node.Name]++
+	return nil
+}
+
+func parseChain(bundle []byte) ([]*x509.Certificate, error) {
+	var chain []*x509.Certificate
+	for rest := bundle; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			break
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, err
+		}
+		chain = append(chain, c)
+	}
+	if len(chain) == 0 {
+		return nil, fmt.Errorf("fake: no certificate")
+	}
+	return chain, nil
+}

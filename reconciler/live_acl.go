@@ -1,0 +1,295 @@
+package reconciler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/valkeyops"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// Live credentials (SPEC §3–§4: ACL edits reach every node without a restart; the auth
+// Secret's passwords can be rotated). Every Active pass reads what each ready server holds —
+// its ACL users and its replication login — and changes a server only where that differs
+// from what it should hold, so a converged cluster gets no Valkey write and no API write.
+// Servers are changed live (ACL SETUSER / DELUSER, CONFIG SET masterauth), never by ACL
+// LOAD: the mounted ACL file (the ConfigMap ensureACL keeps) is only what a server started
+// later reads, and it already says the same.
+//
+// The operator's own password is the delicate one: the operator logs in with it and
+// replicas authenticate to their primaries with it, so it must never be taken away from a
+// server while anyone may still use it. A rotation from the recorded login password C (the
+// {cluster}-auth-applied Secret) to the wanted one D (operator-password in {cluster}-auth)
+// runs in two passes:
+//
+//  1. every node's operator user accepts both C and D (the ACL file says the same); once
+//     every ValkeyNode is a ready server that holds D, the record becomes D;
+//  2. logged in with D, every server's masterauth becomes D; then C is removed everywhere.
+//
+// At every point some password the record or the Secret names is accepted everywhere, so an
+// operator restarted at any moment logs in again. While a ValkeyNode is not a readable
+// server (a pod starting, one lost) no server loses any operator password: that node may
+// authenticate with one.
+
+// Event reasons of the live credentials step.
+const (
+	ReasonACLApplied        = "ACLApplied"
+	ReasonACLApplyFailed    = "ACLApplyFailed"
+	ReasonCredentialRotated = "CredentialRotated"
+)
+
+// credentialsPlan is what one pass changes on the servers.
+type credentialsPlan struct {
+	// replication lists the members whose replication login is not the operator's login.
+	replication []valkeyops.Node
+	// fixes are the members whose ACL differs from what they should hold, grouped by the
+	// ACL they should hold (they differ only by the operator hashes a node keeps).
+	fixes []aclFix
+	// switchLogin: every node accepts the wanted operator password; record it as the login.
+	switchLogin bool
+	// retired: the servers stop accepting a previous operator password.
+	retired bool
+	// waiting names the nodes a rotation waits for ("" when it waits for none).
+	waiting string
+}
+
+// aclFix is one ACL applied to some members, and the users that made it necessary.
+type aclFix struct {
+	spec  valkeyops.ACLSpec
+	nodes []valkeyops.Node
+	users []string
+}
+
+// planCredentials decides what a pass changes. spec is the cluster's ACL with the operator
+// user logging in with login; wanted is the operator password of the auth Secret; nodes
+// names every ValkeyNode of the cluster; held is what the ready ones hold. It is pure.
+//
+// Only what differs is changed. The operator user accepts login and wanted; while some node
+// is not readable it also keeps, on each server, every hash that server already accepts:
+// the unseen node may be a replica that authenticates with one of them.
+func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []string, held []valkeyops.AuthState) credentialsPlan {
+	var plan credentialsPlan
+	read := map[string]bool{}
+	for _, st := range held {
+		if st.Err == nil {
+			read[st.Node.Name] = true
+		}
+	}
+	var unseen []string
+	for _, n := range nodes {
+		if !read[n] {
+			unseen = append(unseen, n)
+		}
+	}
+	complete := len(unseen) == 0
+	loginHash := valkeyops.HashPassword(login)
+	base := spec
+	base.OperatorPassword = login
+	base.OperatorExtraHashes = rotationHashes(login, wanted)
+
+	byExtras := map[string]int{}
+	for _, st := range held {
+		if st.Err != nil {
+			continue
+		}
+		if st.MasterUser != valkeyops.OperatorUser || st.MasterAuthHash != loginHash {
+			plan.replication = append(plan.replication, st.Node)
+		}
+		want := base
+		if !complete {
+			want.OperatorExtraHashes = append(slices.Clone(base.OperatorExtraHashes), st.OperatorHashes()...)
+		} else if len(extraHashes(st.OperatorHashes(), login, wanted)) > 0 {
+			plan.retired = true
+		}
+		drift := valkeyops.ACLDrift(want, st.Users)
+		if len(drift) == 0 {
+			continue
+		}
+		// Group by the operator user's hash set, the only part that varies between nodes.
+		k := strings.Join(slices.Compact(slices.Sorted(slices.Values(want.OperatorExtraHashes))), ",")
+		i, ok := byExtras[k]
+		if !ok {
+			i = len(plan.fixes)
+			byExtras[k] = i
+			plan.fixes = append(plan.fixes, aclFix{spec: want})
+		}
+		f := &plan.fixes[i]
+		f.nodes = append(f.nodes, st.Node)
+		for _, u := range valkeyops.DriftedUsers(drift) {
+			if !slices.Contains(f.users, u) {
+				f.users = append(f.users, u)
+			}
+		}
+	}
+	if login != wanted {
+		if complete {
+			plan.switchLogin = true
+		} else {
+			plan.waiting = strings.Join(unseen, ", ")
+		}
+	}
+	return plan
+}
+
+// rotationHashes are the operator user's hashes besides the login password's: the wanted
+// password's while a rotation to it is under way.
+func rotationHashes(login, wanted string) []string {
+	if wanted == "" || wanted == login {
+		return nil
+	}
+	return []string{valkeyops.HashPassword(wanted)}
+}
+
+// extraHashes are the hashes of have that are neither login's nor wanted's.
+func extraHashes(have []string, login, wanted string) []string {
+	var out []string
+	for _, h := range have {
+		if h != valkeyops.HashPassword(login) && h != valkeyops.HashPassword(wanted) {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// syncCredentials reads every member's credentials and brings them to what the cluster
+// wants (see the top of this file). A failure is a Warning Event and is retried next pass;
+// it never stops the topology work that follows.
+func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
+	if p.valkey == nil || len(p.members) == 0 || p.acl.OperatorPassword == "" {
+		return nil
+	}
+	actx, cancel := context.WithTimeout(ctx, observeTimeout)
+	defer cancel()
+	held, err := p.valkey.ReadAuth(actx, p.members)
+	if err != nil {
+		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	}
+	for _, st := range held {
+		if st.Err == nil {
+			r.logins.set(p.key, p.operatorPassword) // it works: remembered should the record go
+			break
+		}
+	}
+	var names []string
+	for _, n := range p.nodes {
+		names = append(names, n.Name())
+	}
+	plan := planCredentials(p.acl, p.operatorPassword, p.operatorPasswordWanted, names, held)
+
+	fail := func(action string, err error) *outcome {
+		r.warn(p, ReasonACLApplyFailed, action, fmt.Sprintf("%s failed: %v", action, err))
+		return nil
+	}
+	if len(plan.replication) > 0 {
+		if err := p.valkey.SyncReplicationAuth(actx, plan.replication); err != nil {
+			return fail("SyncReplicationAuth", err)
+		}
+		p.log.Info("replication login set", "nodes", nodeNames(plan.replication))
+	}
+	for _, f := range plan.fixes {
+		if err := p.valkey.ApplyACL(actx, f.nodes, f.spec); err != nil {
+			return fail("ApplyACL", err)
+		}
+		r.event(p, nil, ReasonACLApplied, "ApplyACL", "ACL applied live and verified on %d node(s) (%s); users changed: %s",
+			len(f.nodes), strings.Join(nodeNames(f.nodes), ", "), strings.Join(f.users, ", "))
+	}
+	r.clearWarning(p, ReasonACLApplyFailed)
+	if plan.retired && len(plan.fixes) > 0 {
+		r.event(p, nil, ReasonCredentialRotated, "RetireOperatorPassword", "No node accepts the previous operator password any more")
+	}
+	if plan.waiting != "" {
+		p.log.Info("operator password rotation waits for nodes to be ready", "nodes", plan.waiting)
+	}
+	if !plan.switchLogin {
+		return nil
+	}
+	if err := r.recordLogin(ctx, p, p.operatorPasswordWanted); err != nil {
+		return r.applied(p, "AuthRecord", err)
+	}
+	r.logins.set(p.key, p.operatorPasswordWanted)
+	r.event(p, nil, ReasonCredentialRotated, "SwitchOperatorLogin", "Every node accepts the new operator password; the operator logs in with it from now on")
+	// The next pass logs in with the new password and retires the old one.
+	return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+}
+
+func nodeNames(nodes []valkeyops.Node) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Name)
+	}
+	return out
+}
+
+// loginPassword reads the operator password the servers are known to accept: the record in
+// {cluster}-auth-applied or, if that is gone, the one this process last logged in with.
+// found is false when neither exists (a new cluster, or one from before the record).
+func (r *Reconciler) loginPassword(ctx context.Context, p *pass) (pw string, found bool, err error) {
+	s := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: p.key.Namespace, Name: render.AppliedAuthSecretName(p.key.Name)}
+	err = r.client.Get(ctx, key, s)
+	if apierrors.IsNotFound(err) {
+		err = r.apiReader.Get(ctx, key, s)
+	}
+	switch {
+	case err == nil:
+		// A foreign object is not read; recordLogin reports it.
+		if v := s.Data[render.AuthOperatorPasswordKey]; metav1.IsControlledBy(s, p.obj) && len(v) > 0 {
+			return string(v), true, nil
+		}
+	case !apierrors.IsNotFound(err):
+		return "", false, err
+	}
+	if v := r.logins.get(p.key); v != "" {
+		return v, true, nil
+	}
+	return "", false, nil
+}
+
+// recordLogin keeps {cluster}-auth-applied holding pw, writing only when it differs.
+func (r *Reconciler) recordLogin(ctx context.Context, p *pass, pw string) error {
+	return apply(ctx, r, p, owned[*corev1.Secret, *corev1ac.SecretApplyConfiguration]{
+		kind: "Secret", name: render.AppliedAuthSecretName(p.key.Name), live: &corev1.Secret{},
+		desire: func(bool) (*corev1ac.SecretApplyConfiguration, error) {
+			return render.AppliedAuthSecret(p.key.Name, p.key.Namespace, pw).WithOwnerReferences(p.clusterOwner()), nil
+		},
+		extract: corev1ac.ExtractSecret,
+	})
+}
+
+// loginMemory is, per cluster, the operator password this process last logged in with. It
+// is the fallback when {cluster}-auth-applied is deleted: the servers still accept it. The
+// zero value is ready to use.
+type loginMemory struct {
+	mu sync.Mutex
+	m  map[types.NamespacedName]string
+}
+
+func (l *loginMemory) get(key types.NamespacedName) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.m[key]
+}
+
+func (l *loginMemory) set(key types.NamespacedName, pw string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[types.NamespacedName]string{}
+	}
+	l.m[key] = pw
+}
+
+func (l *loginMemory) forget(key types.NamespacedName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, key)
+}

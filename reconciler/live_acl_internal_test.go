@@ -1,0 +1,163 @@
+package reconciler
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/stretchr/testify/assert"
+)
+
+// TestPlanCredentials: from what each ready server holds, one pass changes only what differs,
+// and an operator password rotation never takes a password away from a server while someone
+// may still use it.
+func TestPlanCredentials(t *testing.T) {
+	const c, d = "old-operator-pw", "new-operator-pw"
+	app := valkeyops.ACLUser{Name: "app", PasswordHashes: []string{valkeyops.HashPassword("app-pw")}}
+	spec := valkeyops.ACLSpec{DefaultPassword: "default-pw", Users: []valkeyops.ACLUser{app}}
+	// holds is a readable server holding spec with the operator user accepting logins, and
+	// replicating with masterauth.
+	holds := func(name string, s valkeyops.ACLSpec, masterauth string, logins ...string) valkeyops.AuthState {
+		s.OperatorPassword = logins[0]
+		for _, l := range logins[1:] {
+			s.OperatorExtraHashes = append(s.OperatorExtraHashes, valkeyops.HashPassword(l))
+		}
+		return valkeyops.AuthState{Node: valkeyops.Node{Name: name}, Users: s.Expected(),
+			MasterUser: valkeyops.OperatorUser, MasterAuthHash: valkeyops.HashPassword(masterauth)}
+	}
+	unreadable := func(name string) valkeyops.AuthState {
+		return valkeyops.AuthState{Node: valkeyops.Node{Name: name}, Err: errors.New("node unreachable")}
+	}
+	withoutApp := spec
+	withoutApp.Users = nil
+	newDefault := spec
+	newDefault.DefaultPassword = "new-default-pw"
+
+	type fix struct {
+		nodes, users []string
+		logins       []string // the operator passwords the fix's ACL accepts
+	}
+	tests := []struct {
+		name         string
+		login, want  string
+		spec         valkeyops.ACLSpec
+		nodes        []string
+		held         []valkeyops.AuthState
+		replication  []string
+		fixes        []fix
+		switchLogin  bool
+		retired      bool
+		waitingFor   string
+		acceptsExtra []string // hashes a fix keeps besides login and wanted (incomplete view)
+	}{
+		{
+			name: "converged: nothing to do", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
+			held: []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
+		},
+		{
+			name: "a new ACL user reaches every server", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
+			held:  []valkeyops.AuthState{holds("a", withoutApp, c, c), holds("b", withoutApp, c, c)},
+			fixes: []fix{{nodes: []string{"a", "b"}, users: []string{"app"}, logins: []string{c}}},
+		},
+		{
+			name: "only the server that differs is changed", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
+			held:  []valkeyops.AuthState{holds("a", spec, c, c), holds("b", withoutApp, c, c)},
+			fixes: []fix{{nodes: []string{"b"}, users: []string{"app"}, logins: []string{c}}},
+		},
+		{
+			name: "the application password changed", login: c, want: c, spec: newDefault, nodes: []string{"a"},
+			held:  []valkeyops.AuthState{holds("a", spec, c, c)},
+			fixes: []fix{{nodes: []string{"a"}, users: []string{"default"}, logins: []string{c}}},
+		},
+		{
+			name: "an unreadable server is skipped, not guessed at", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
+			held:  []valkeyops.AuthState{holds("a", withoutApp, c, c), unreadable("b")},
+			fixes: []fix{{nodes: []string{"a"}, users: []string{"app"}, logins: []string{c}}},
+		},
+		{
+			name: "a replica's masterauth differs from the login", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
+			held:        []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, d, c)},
+			replication: []string{"b"},
+		},
+		{
+			name: "rotation, first pass: the new password is added everywhere, then logged in with", login: c, want: d, spec: spec, nodes: []string{"a", "b"},
+			held:        []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
+			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"operator"}, logins: []string{c, d}}},
+			switchLogin: true,
+		},
+		{
+			name: "rotation waits for a node that is not a ready server", login: c, want: d, spec: spec, nodes: []string{"a", "b", "starting"},
+			held:       []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c, d)},
+			fixes:      []fix{{nodes: []string{"a"}, users: []string{"operator"}, logins: []string{c, d}}},
+			waitingFor: "starting",
+		},
+		{
+			name: "rotation waits for a server that cannot be read", login: c, want: d, spec: spec, nodes: []string{"a", "b"},
+			held:       []valkeyops.AuthState{holds("a", spec, c, c, d), unreadable("b")},
+			waitingFor: "b",
+		},
+		{
+			name: "rotation, second pass: masterauth follows the login, then the old password goes", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
+			held:        []valkeyops.AuthState{holds("a", spec, c, c, d), holds("b", spec, c, c, d)},
+			replication: []string{"a", "b"},
+			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"operator"}, logins: []string{d}}},
+			retired:     true,
+		},
+		{
+			name: "while a node is unseen no server loses an operator password", login: d, want: d, spec: spec, nodes: []string{"a", "b", "new"},
+			held:        []valkeyops.AuthState{holds("a", spec, c, c, d), holds("b", spec, c, c, d)},
+			replication: []string{"a", "b"},
+		},
+		{
+			name: "while a node is unseen an ACL edit keeps every operator password a server has", login: d, want: d, spec: spec, nodes: []string{"a", "new"},
+			held:         []valkeyops.AuthState{holds("a", withoutApp, d, d, "older-pw")},
+			fixes:        []fix{{nodes: []string{"a"}, users: []string{"app"}, logins: []string{d}}},
+			acceptsExtra: []string{valkeyops.HashPassword("older-pw")},
+		},
+		{
+			name: "once every node is seen a stale operator password goes", login: d, want: d, spec: spec, nodes: []string{"a"},
+			held:    []valkeyops.AuthState{holds("a", spec, d, d, "older-pw")},
+			fixes:   []fix{{nodes: []string{"a"}, users: []string{"operator"}, logins: []string{d}}},
+			retired: true,
+		},
+		{
+			name: "the Secret changed back mid-rotation: the record follows it", login: d, want: c, spec: spec, nodes: []string{"a"},
+			held:        []valkeyops.AuthState{holds("a", spec, c, c, d)},
+			replication: []string{"a"},
+			switchLogin: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			plan := planCredentials(tt.spec, tt.login, tt.want, tt.nodes, tt.held)
+			assert.Equal(t, tt.replication, nodeNames(plan.replication), "replication logins set")
+			var fixes []fix
+			for _, f := range plan.fixes {
+				got := fix{nodes: nodeNames(f.nodes), users: f.users}
+				hashes := f.spec.Expected()[valkeyops.OperatorUser].Hashes
+				extra := map[string]bool{}
+				for _, h := range hashes {
+					extra[h] = true
+				}
+				for _, l := range []string{c, d} {
+					if extra[valkeyops.HashPassword(l)] {
+						got.logins = append(got.logins, l)
+						delete(extra, valkeyops.HashPassword(l))
+					}
+				}
+				var rest []string
+				for h := range extra {
+					rest = append(rest, h)
+				}
+				assert.ElementsMatch(t, tt.acceptsExtra, rest, "hashes kept besides the login and wanted passwords")
+				assert.Equal(t, tt.spec.DefaultPassword, f.spec.DefaultPassword)
+				assert.Equal(t, tt.login, f.spec.OperatorPassword, "the login is always accepted")
+				fixes = append(fixes, got)
+			}
+			assert.Equal(t, tt.fixes, fixes, "ACL fixes")
+			assert.Equal(t, tt.switchLogin, plan.switchLogin, "switch the login")
+			assert.Equal(t, tt.retired, plan.retired, "a previous operator password retired")
+			assert.Equal(t, tt.waitingFor, plan.waiting, "rotation waiting for")
+		})
+	}
+}
