@@ -294,12 +294,18 @@ func TestDay2LostPodsAreReplaced(t *testing.T) {
 // killContainer SIGKILLs the running container of a pod: a crash, not a graceful stop.
 func (n *ns) killContainer(pod string) {
 	n.t.Helper()
+	n.docker("kill", "--signal", "KILL", n.containerOf(pod))
+}
+
+// containerOf is the ID of the one running container of a pod.
+func (n *ns) containerOf(pod string) string {
+	n.t.Helper()
 	ids := strings.Fields(n.docker("ps", "-q",
 		"--filter", "label="+dockernet.LabelInstance+"="+suite.env.Instance,
 		"--filter", "label="+dockernet.LabelPodNamespace+"="+n.name,
 		"--filter", "label="+dockernet.LabelPodName+"="+pod))
 	require.Len(n.t, ids, 1, "one running container for pod %s", pod)
-	n.docker("kill", "--signal", "KILL", ids[0])
+	return ids[0]
 }
 
 func (n *ns) docker(args ...string) string {
@@ -316,31 +322,64 @@ func (n *ns) docker(args ...string) string {
 // come back empty under its old identity); Valkey's own failover promotes the replica and the
 // operator replaces the node. Every write a replica had confirmed survives.
 func TestDay2PrimaryCrash(t *testing.T) {
-	n := newNamespace(t, "e2e-crash")
-	const cluster = "crash"
+	primaryLost(t, "crash", "crashed", (*ns).killContainer)
+}
+
+// primaryLost loses a primary of a 3x1 cluster to lose (an unplanned loss) while a writer
+// waits for one replica to confirm each write (WAIT 1), then checks that the lost node was
+// retired and its ID forgotten, the cluster converged again, no replica-acknowledged write
+// was lost and the cluster reported only Active.
+func primaryLost(t *testing.T, cluster, how string, lose func(n *ns, pod string)) {
+	t.Helper()
+	n := newNamespace(t, "e2e-"+cluster)
 	n.formCluster(cluster, exampleConfig, 3, 1)
-	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
-	w := loadgen.Start(c, loadgen.Options{Prefix: "crash:", Replicas: 1, Pace: time.Millisecond})
+	password := n.secretValue(cluster+"-auth", "password")
+	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), password, nil)
+	prefix := cluster + ":"
+	w := loadgen.Start(c, loadgen.Options{Prefix: prefix, Replicas: 1, Pace: time.Millisecond})
 	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
 		return w.Acked() >= 200, fmt.Sprintf("%d acknowledged", w.Acked()), nil
 	})
 	watch := n.watchState(cluster)
 
 	victim := n.nodeWithRole(cluster, "primary")
+	id := n.nodeID(cluster, victim)
 	start := time.Now()
-	n.killContainer(victim)
+	lose(n, victim)
 	n.waitRetired(cluster, victim)
-	n.waitConverged(cluster, 6, 2*time.Minute)
-	t.Logf("e2e: crashed primary healed in %.1fs", time.Since(start).Seconds())
+	t.Logf("e2e: %s primary retired %.1fs after it was lost", how, time.Since(start).Seconds())
+	n.waitConverged(cluster, 6, 3*time.Minute)
+	t.Logf("e2e: %s primary healed in %.1fs", how, time.Since(start).Seconds())
+	n.requireForgotten(cluster, id)
 
 	res := w.Stop()
 	ctx, cancel := ctxTimeout(2 * time.Minute)
 	defer cancel()
-	lost, first := loadgen.Missing(ctx, c, "crash:", res.Acked)
-	t.Logf("e2e: primary crash: writes replica-acknowledged=%d unconfirmed=%d rejected=%d lost=%d longest-pause=%s",
-		len(res.Acked), res.Unconfirmed, res.Failed, lost, res.MaxPause.Round(time.Millisecond))
-	assert.Zero(t, lost, "replica-acknowledged writes lost in the crash; first: %v", first)
-	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout the crash")
+	lost, first := loadgen.Missing(ctx, newClusterClient(t, addrsOf(n.podIPs(cluster)), password, nil), prefix, res.Acked)
+	t.Logf("e2e: %s primary: writes replica-acknowledged=%d unconfirmed=%d rejected=%d lost=%d longest-pause=%s",
+		how, len(res.Acked), res.Unconfirmed, res.Failed, lost, res.MaxPause.Round(time.Millisecond))
+	assert.Zero(t, lost, "replica-acknowledged writes lost to the %s primary; first: %v", how, first)
+	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout")
+}
+
+// freezeContainer stops (SIGSTOP) the server process of a pod's container from the host:
+// the process hangs but its pod keeps running, and its listening socket still completes TCP
+// handshakes, so the pod stays Ready. The process is resumed when the test ends, in case its
+// container is still there.
+func (n *ns) freezeContainer(pod string) {
+	n.t.Helper()
+	pid := strings.TrimSpace(n.docker("inspect", "-f", "{{.State.Pid}}", n.containerOf(pod)))
+	out, err := exec.Command("kill", "-STOP", pid).CombinedOutput()
+	require.NoError(n.t, err, "kill -STOP %s: %s", pid, out)
+	n.t.Cleanup(func() { _ = exec.Command("kill", "-CONT", pid).Run() })
+}
+
+// TestDay2FrozenPrimaryIsReplaced freezes a primary's server (SIGSTOP) in a 3x1 cluster: its
+// pod still runs and stays Ready, but its peers flag it fail and Valkey promotes its replica;
+// the operator replaces the hung node (deleting its ValkeyNode stops the pod) and forgets its
+// ID. Every write a replica had confirmed survives.
+func TestDay2FrozenPrimaryIsReplaced(t *testing.T) {
+	primaryLost(t, "frozen", "frozen", (*ns).freezeContainer)
 }
 
 // TestDay2OperatorKilledDuringScaleOut SIGKILLs the operator while it scales 2 -> 3 shards, as

@@ -2,9 +2,13 @@ package valkeyops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
 )
 
 // Role of a node as the node itself reports it.
@@ -154,13 +158,25 @@ func indexOf(nodes []Node, name string) int {
 	return -1
 }
 
+// observeNodeTimeout bounds one node's observation: a server that does not answer three
+// read commands in this long (hung, frozen, cut off) counts as unreachable, rather than
+// holding up the observation of every other node for as long as the caller would wait.
+const observeNodeTimeout = 2 * time.Second
+
 func (a *Admin) observeOne(ctx context.Context, n Node) NodeState {
 	st := NodeState{Node: n}
+	ctx, cancel := context.WithTimeout(ctx, observeNodeTimeout)
+	defer cancel()
 	// Three commands a node: an idle Active cluster is observed every few seconds, so each
 	// one counts (INFO takes several sections at once since Valkey 7).
-	res, err := a.multi(ctx, n, "observe", [][]string{
-		{"CLUSTER", "NODES"}, {"CLUSTER", "INFO"}, {"INFO", "replication", "server"},
-	})
+	cmds := [][]string{{"CLUSTER", "NODES"}, {"CLUSTER", "INFO"}, {"INFO", "replication", "server"}}
+	res, err := a.multi(ctx, n, "observe", cmds)
+	var serverSaid *valkey.ValkeyError
+	if err != nil && !errors.As(err, &serverSaid) && ctx.Err() == nil {
+		// A pooled connection can outlive its server: a new pod may have been given the old
+		// one's IP. multi dropped that connection; one retry dials the address afresh.
+		res, err = a.multi(ctx, n, "observe", cmds)
+	}
 	if err != nil {
 		st.Err = err
 		return st

@@ -11,6 +11,8 @@
 // lost), and a second writer whose keys all carry one hash tag in the slots of the primary
 // that is then lost: writes-resumed is its outage, from its last acknowledged write before
 // its first failure to its first acknowledged write after its last failure (see recovery).
+// The writers' valkey-go clients drop a connection that has not answered for 2 s (default
+// 10 s), so after a crash they look for the new primary soon after it is promoted.
 // pod-deleted is `kubectl delete pod`; crash is a
 // SIGKILL of the pod's container (docker kill), with loadgen waiting for one replica per
 // write (WAIT 1), so lost counts replica-acknowledged writes. topology-s runs from the delete

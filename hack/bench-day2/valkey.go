@@ -13,11 +13,17 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
-// clusterClient is a cluster-mode client authenticating as the default user.
+// clusterClient is a cluster-mode client authenticating as the default user. It gives up on
+// a connection that has not answered for clientDeadAfter (valkey-go's default is 10 s): how
+// soon a client writes again after a crash depends on that as much as on the failover.
 func clusterClient(addrs []string, password string) (valkey.Client, error) {
 	return valkey.NewClient(valkey.ClientOption{InitAddress: addrs, Password: password, DisableCache: true,
-		Dialer: net.Dialer{Timeout: 5 * time.Second}})
+		Dialer: net.Dialer{Timeout: clientDeadAfter}, ConnWriteTimeout: clientDeadAfter})
 }
+
+// clientDeadAfter is how long the benchmark's cluster clients wait on a silent connection
+// (or a connect) before they drop it and refresh the topology.
+const clientDeadAfter = 2 * time.Second
 
 // nodeClient talks to exactly one server.
 func nodeClient(addr, password string) (valkey.Client, error) {

@@ -97,8 +97,9 @@ type Action struct {
 //  2. a primary whose pod is being deleted and still answers: Failover to an in-sync replica
 //     (a planned deletion hands its slots over before the server stops);
 //  3. a Leaving node: Remove it (reachable; replicas first), Forget its ID (gone), then Delete it;
-//  4. a lost pod: MarkLeaving, so a replacement is planned and the dead ID forgotten; but a
-//     new node whose server stopped before it ever answered: Wait with a warning;
+//  4. a lost pod, or a server whose pod runs but that its peers flag `fail` (hung, frozen):
+//     MarkLeaving, so a replacement is planned and the dead ID forgotten; but a new node
+//     whose server stopped before it ever answered: Wait with a warning;
 //  5. a shard below 1+Replicas live nodes: CreateNodes;
 //  6. a lost primary whose slots no replica has taken over yet: Wait for Valkey's own failover
 //     (the operator never races it), or Takeover by its best replica when too few primaries

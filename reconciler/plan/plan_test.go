@@ -26,6 +26,7 @@ type srv struct {
 	importing bool
 	unsched   string
 	answers   bool   // with pod PodLost: the server still answers while its pod is deleted
+	hung      bool   // pod ready, server not answering, flagged fail by its peers
 	hash      string // spec hash; default "h1"
 	lag       int64  // a replica's offset behind its primary
 }
@@ -61,6 +62,9 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		if self {
 			flags = "myself," + flags
 		}
+		if s.hung {
+			flags += ",fail"
+		}
 		slots := s.slots
 		if self && s.importing {
 			slots += " [5->-id-other]"
@@ -81,7 +85,9 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		case "-": // never observed
 			n.RecordedID = ""
 		}
-		if s.pod == plan.PodReady || s.answers {
+		if s.hung {
+			n.State = &valkeyops.NodeState{Node: valkeyops.Node{Name: s.name, Shard: s.shard}}
+		} else if s.pod == plan.PodReady || s.answers {
 			var text []string
 			known := 1
 			text = append(text, line(s, true))
@@ -311,6 +317,29 @@ func TestNext(t *testing.T) {
 				return s
 			}))
 		}, plan.Action{Kind: plan.Remove, Node: "b1"}},
+		{"a hung replica (pod ready, flagged fail) is replaced", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].hung = true; return s }))
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
+		{"a hung node not flagged fail yet is waited for", func(t *testing.T) plan.Observed {
+			o := observed(t, 2, 1, formed2x1())
+			o.Nodes[1].State = &valkeyops.NodeState{Node: valkeyops.Node{Name: "b0", Shard: 0}}
+			return o
+		}, plan.Action{Kind: plan.Wait}},
+		{"a leaving hung primary: its replacement is created while Valkey fails it over", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, []srv{
+				{name: "a0", shard: 0, slots: "0-5460", hung: true, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0"},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "a2", shard: 2, slots: "10923-16383"}, {name: "b2", shard: 2, of: "a2"},
+			})
+		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
+		{"a leaving hung primary is not removed before a replica holds its slots", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, []srv{
+				{name: "a0", shard: 0, slots: "0-5460", hung: true, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0"},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "a2", shard: 2, slots: "10923-16383"}, {name: "b2", shard: 2, of: "a2"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			})
+		}, plan.Action{Kind: plan.Wait}},
 		{"a leaving primary waits while its replica is not seen leaving yet", func(t *testing.T) plan.Observed {
 			return observed(t, 1, 1, with(formed2x1(), func(s []srv) []srv {
 				s[0].slots, s[2].slots = "0-16383", ""

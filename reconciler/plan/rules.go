@@ -149,7 +149,7 @@ func dropLost(v view) (Action, bool) {
 			// start-up. Replacing it would only repeat that, so wait for the user.
 			return Action{Kind: Wait, Warning: true, Reason: "the server of new node " + n.Name + " stopped before it joined (a setting Valkey refuses at start-up?); see `kubectl logs " + n.Name + "`, then delete that pod to retry"}, true
 		}
-		if n.lost() {
+		if n.lost() || v.failedRunning(n) {
 			lost = append(lost, n)
 		}
 	}
@@ -157,6 +157,22 @@ func dropLost(v view) (Action, bool) {
 		return Action{}, false
 	}
 	return Action{Kind: MarkLeaving, Nodes: names(lost), Reason: fmt.Sprintf("pod of %v lost; a replacement follows", names(lost))}, true
+}
+
+// failedRunning reports whether a joined node whose pod still runs (ready or not: a frozen
+// process still completes TCP handshakes) does not answer and is flagged `fail` by its peers:
+// a hung, frozen or cut-off server. The cluster has already given up on it (its replica takes
+// over), so it is replaced like a lost pod; deleting its ValkeyNode stops the pod.
+func (v view) failedRunning(n *Node) bool {
+	if n.lost() || n.Lifecycle == Joining || n.reachable() || n.RecordedID == "" {
+		return false
+	}
+	for _, o := range v.reachable {
+		if peer := o.State.Peer(n.RecordedID); peer != nil && peer.HasFlag("fail") {
+			return true
+		}
+	}
+	return false
 }
 
 func createMissing(v view) (Action, bool) {
