@@ -152,6 +152,53 @@ func TestKillPrimaryRecovers(t *testing.T) {
 	verify(t, c, "d:", seq(20_000))
 }
 
+// SIGKILL a primary and, at once, CLUSTER FAILOVER FORCE its replica (what the operator does
+// when the kubelet reports the primary's container exited): the surviving primaries vote
+// without waiting for a node timeout, the replica serves the dead primary's slots with every
+// key, and the cluster is ok again.
+func TestForceFailoverAfterPrimaryExit(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, harness.Config{Image: harness.Image()}, 3, 2, valkeyops.Options{})
+	ctx := ctxT(t, 3*time.Minute)
+	require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
+	snap := waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
+	c := dataClient(t, f.nodes)
+	fill(t, c, "x:", 20_000)
+
+	var victim *valkeyops.NodeState
+	for _, p := range snap.Primaries() {
+		if p.Shard == 2 {
+			victim = p
+		}
+	}
+	require.NotNil(t, victim)
+	heir := snap.ReplicasOf(victim.ID)[0]
+	require.Eventually(t, func() bool {
+		s, err := f.admin.Observe(ctx, f.nodes)
+		return err == nil && s.ByName(heir.Name).ReplOffset == s.ByName(victim.Name).ReplOffset
+	}, 30*time.Second, 50*time.Millisecond)
+
+	require.NoError(t, f.env.Kill(ctx, victim.Name))
+	killed := time.Now()
+	alive := without(f.nodes, victim.Name)
+	require.NoError(t, f.admin.ForceFailover(ctx, alive, heir.Name))
+	t.Logf("replica promoted %s after the kill (cluster-node-timeout is 3 s)", time.Since(killed).Round(time.Millisecond))
+	require.Eventually(t, func() bool {
+		s, err := f.admin.Observe(ctx, alive)
+		if err != nil {
+			return false
+		}
+		for _, st := range s.Nodes {
+			if !st.Reachable || st.ClusterState != "ok" {
+				return false
+			}
+		}
+		h := s.ByName(heir.Name)
+		return h.Role == valkeyops.RolePrimary && valkeyops.FormatRanges(h.Slots) == valkeyops.FormatRanges(victim.Slots)
+	}, 30*time.Second, 100*time.Millisecond, "the replica serves the dead primary's slots and the cluster is ok")
+	verify(t, c, "x:", seq(20_000))
+}
+
 // A rebalance interrupted while slots are open (importing/migrating, keys half moved) is
 // completed by the next run: no slot left open, no key lost.
 func TestRebalanceResumesAfterInterruption(t *testing.T) {

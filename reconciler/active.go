@@ -31,6 +31,11 @@ const (
 	actionTimeout  = 3 * time.Minute
 	// movedRecheck is how soon a cluster whose background slot move ended is observed again.
 	movedRecheck = 100 * time.Millisecond
+	// nextActionDelay is how soon the pass after a successful action runs.
+	nextActionDelay = 100 * time.Millisecond
+	// moveCheck is how often a cluster whose slot move runs in the background looks whether
+	// it ended (a map lookup: the pass touches no server meanwhile).
+	moveCheck = 500 * time.Millisecond
 )
 
 // Event reasons of the Active phase.
@@ -50,7 +55,7 @@ func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 		// meanwhile: connecting with changed credentials (a rotated password, a new
 		// certificate) would close the pooled client the move is using.
 		p.log.V(1).Info("waiting", "reason", "a slot move is under way")
-		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+		return done(ctrl.Result{RequeueAfter: moveCheck}, nil)
 	}
 	p.members = nil
 	for _, n := range p.nodes {
@@ -99,6 +104,7 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		pn := plan.Node{Name: n.Name(), Shard: spec.Shard, Hash: spec.SpecHash, Lifecycle: n.Status().Lifecycle, RecordedID: n.Status().NodeID, Pod: plan.PodGone}
 		if pod := p.pods[n.Name()]; pod != nil {
 			pn.Pod, pn.Unschedulable = podState(pod)
+			pn.Exited = pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
 		} else if pn.Lifecycle == plan.Joining {
 			pn.Pod = plan.PodStarting // created this pass or the last; ensureActivePods makes it
 		}
@@ -164,7 +170,12 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 		return again
 	}
 	r.report(p, a, err)
-	return again
+	if err != nil {
+		return again
+	}
+	// Each action waits until the servers show its effect, so the next one can be planned
+	// at once; an action on the servers alone causes no watch event to wake the cluster.
+	return done(ctrl.Result{RequeueAfter: nextActionDelay}, nil)
 }
 
 // report records how an action ended: an Event when it succeeded, a Warning Event when it
@@ -197,6 +208,8 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		return p.valkey.Failover(ctx, p.members, a.Node)
 	case plan.Takeover:
 		return p.valkey.Takeover(ctx, p.members, a.Node)
+	case plan.ForceFailover:
+		return p.valkey.ForceFailover(ctx, p.members, a.Node)
 	case plan.DropSlots:
 		r.warn(p, ReasonSlotsLost, "DropSlots", a.Reason)
 		return p.valkey.Forget(ctx, p.members, a.IDs)

@@ -210,6 +210,9 @@ func (c *fakeClient) Rebalance(context.Context, []valkeyops.Node, []string) erro
 func (c *fakeClient) RemoveNode(context.Context, []valkeyops.Node, string) error  { return c.write() }
 func (c *fakeClient) Failover(context.Context, []valkeyops.Node, string) error    { return c.write() }
 func (c *fakeClient) Takeover(context.Context, []valkeyops.Node, string) error    { return c.write() }
+func (c *fakeClient) ForceFailover(context.Context, []valkeyops.Node, string) error {
+	return c.write()
+}
 func (c *fakeClient) AssignSlots(context.Context, []valkeyops.Node, string, []valkeyops.SlotRange) error {
 	return c.write()
 }

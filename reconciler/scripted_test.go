@@ -1366,6 +1366,40 @@ func (c *scriptedClient) Takeover(ctx context.Context, nodes []valkeyops.Node, r
 	})
 }
 
+// ForceFailover mirrors valkeyops.Admin.ForceFailover: nothing for a primary, else CLUSTER
+// FAILOVER FORCE, whose election still needs a majority of the slot-holding primaries alive.
+func (c *scriptedClient) ForceFailover(ctx context.Context, nodes []valkeyops.Node, replica string) error {
+	m := c.m
+	return m.write(ctx, c.proc, "ForceFailover", replica, replica, func(w *writeOp) error {
+		ms, err := m.members(nodes)
+		if err != nil {
+			return err
+		}
+		r, ok := memberNamed(ms, replica)
+		if !ok || r.modelServer == nil {
+			return scriptedOpErr(replica, "force-failover", valkeyops.ErrUnreachable)
+		}
+		if r.primary() {
+			return nil
+		}
+		owners, alive := map[string]bool{}, 0
+		for _, id := range m.owner {
+			if id != "" {
+				owners[id] = true
+			}
+		}
+		for id := range owners {
+			if s := m.byID[id]; s != nil && s.alive && id != r.primaryID {
+				alive++
+			}
+		}
+		if 2*alive <= len(owners) {
+			return scriptedOpErr(replica, "force-failover-wait", fmt.Errorf("no majority of primaries to vote (%d of %d)", alive, len(owners)))
+		}
+		return m.clusterFailover(w, r.modelServer, "FORCE")
+	})
+}
+
 // AssignSlots mirrors valkeyops.Admin.AssignSlots: only to a reachable primary, only slots no
 // reachable node sees owned, MEET first for a node alone, then ADDSLOTSRANGE and BUMPEPOCH,
 // and the cluster must serve again.

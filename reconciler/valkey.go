@@ -43,6 +43,9 @@ type ValkeyClient interface {
 	RemoveNode(ctx context.Context, nodes []valkeyops.Node, name string) error
 	// Failover hands a primary's slots to its best in-sync replica (graceful CLUSTER FAILOVER).
 	Failover(ctx context.Context, nodes []valkeyops.Node, primary string) error
+	// ForceFailover promotes a replica by a vote started at once (its primary's process has
+	// exited; a majority of primaries survives to vote).
+	ForceFailover(ctx context.Context, nodes []valkeyops.Node, replica string) error
 	// Takeover promotes a replica without a vote (its primary is gone and too few primaries
 	// survive to elect it).
 	Takeover(ctx context.Context, nodes []valkeyops.Node, replica string) error

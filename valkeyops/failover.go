@@ -227,20 +227,36 @@ func (a *Admin) observeReachable(ctx context.Context, nodes []Node, name, step s
 // reports itself primary. TAKEOVER needs no vote and no reachable primary, so it is only for
 // a primary that is gone for good when the surviving primaries are too few to elect a
 // replica themselves (a majority of the slot-holding primaries must vote); while a majority
-// can still elect, Valkey's own failover is the safe path and this must not race it. A node
-// that is already primary is left alone.
+// can still elect, Valkey's own failover (or ForceFailover) is the safe path and this must not
+// race it. A node that is already primary is left alone.
 func (a *Admin) Takeover(ctx context.Context, nodes []Node, replicaName string) error {
-	_, r, err := a.observeReachable(ctx, nodes, replicaName, "takeover")
+	return a.promote(ctx, nodes, replicaName, "TAKEOVER", "takeover")
+}
+
+// ForceFailover promotes replica `replicaName` with CLUSTER FAILOVER FORCE and waits until it
+// reports itself primary. FORCE starts the election at once instead of after the peers have
+// flagged the primary failing (a node timeout and more), but the replica still needs the
+// votes of a majority of the primaries, under the same epoch rules as Valkey's own failover,
+// so two promotions can never both win. It is for a primary whose process is known to have
+// exited (its container terminated): nobody needs a node timeout to find that out. A node
+// that is already primary is left alone.
+func (a *Admin) ForceFailover(ctx context.Context, nodes []Node, replicaName string) error {
+	return a.promote(ctx, nodes, replicaName, "FORCE", "force-failover")
+}
+
+// promote sends CLUSTER FAILOVER <mode> to a replica and waits until it is primary.
+func (a *Admin) promote(ctx context.Context, nodes []Node, replicaName, mode, step string) error {
+	_, r, err := a.observeReachable(ctx, nodes, replicaName, step)
 	if err != nil {
 		return err
 	}
 	if r.Role == RolePrimary {
 		return nil
 	}
-	if _, err := a.cmd(ctx, r.Node, "takeover", "CLUSTER", "FAILOVER", "TAKEOVER"); err != nil {
+	if _, err := a.cmd(ctx, r.Node, step, "CLUSTER", "FAILOVER", mode); err != nil {
 		return err
 	}
-	return a.waitFor(ctx, "takeover-wait", failoverTimeout, func() (bool, error) {
+	return a.waitFor(ctx, step+"-wait", failoverTimeout, func() (bool, error) {
 		st := a.observeOne(ctx, r.Node)
 		if st.Role == RolePrimary {
 			return true, nil

@@ -79,7 +79,7 @@ func (a *Admin) waitAtomicIdle(ctx context.Context, snap *Snapshot) error {
 // fails AtomicRetries times falls back to the key-by-key path (high write rates can make
 // atomic migration fail repeatedly).
 func (a *Admin) runAtomic(ctx context.Context, snap *Snapshot, moves []Move) error {
-	return runRounds(moves, func(m Move) error { return a.moveAtomic(ctx, snap, m) })
+	return runRounds(moves, false, func(m Move) error { return a.moveAtomic(ctx, snap, m) })
 }
 
 func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move) error {

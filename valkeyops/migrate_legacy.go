@@ -13,7 +13,7 @@ import (
 
 // runLegacy executes moves key by key (SETSLOT IMPORTING/MIGRATING + batched MIGRATE).
 func (a *Admin) runLegacy(ctx context.Context, snap *Snapshot, moves []Move) error {
-	return runRounds(moves, func(m Move) error {
+	return runRounds(moves, true, func(m Move) error {
 		return a.moveSlotsLegacy(ctx, snap, snap.ByID(m.From), snap.ByID(m.To), ExpandSlots(m.Slots))
 	})
 }

@@ -117,20 +117,23 @@ func PlanRebalance(owned map[string][]SlotRange, targets []string) ([]Move, erro
 	return out, nil
 }
 
-// scheduleRounds groups moves into rounds in which no node takes part in two moves, so every
-// round's moves can run in parallel on disjoint source->target pairs.
-func scheduleRounds(moves []Move) [][]Move {
+// scheduleRounds groups moves into rounds whose moves can run in parallel: no node is the
+// source of two moves of a round, nor both a source and a target in it. With sharedTargets a
+// node may receive several moves of one round (the key-by-key path: several sources feeding
+// one new primary keep it busy, where one at a time leaves it waiting on each source);
+// without, every node takes part in one move a round.
+func scheduleRounds(moves []Move, sharedTargets bool) [][]Move {
 	var rounds [][]Move
 	left := append([]Move(nil), moves...)
 	for len(left) > 0 {
-		busy := map[string]bool{}
+		source, target := map[string]bool{}, map[string]bool{}
 		var round, rest []Move
 		for _, m := range left {
-			if busy[m.From] || busy[m.To] {
+			if source[m.From] || target[m.From] || source[m.To] || (target[m.To] && !sharedTargets) {
 				rest = append(rest, m)
 				continue
 			}
-			busy[m.From], busy[m.To] = true, true
+			source[m.From], target[m.To] = true, true
 			round = append(round, m)
 		}
 		rounds = append(rounds, round)

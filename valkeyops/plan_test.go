@@ -109,25 +109,30 @@ func TestPlanRebalanceKeepsRangesContiguous(t *testing.T) {
 
 func TestScheduleRounds(t *testing.T) {
 	tests := []struct {
-		name   string
-		moves  []Move
-		rounds int
+		name          string
+		moves         []Move
+		sharedTargets bool
+		rounds        int
 	}{
-		{"disjoint pairs run together", []Move{{From: "a", To: "b"}, {From: "c", To: "d"}}, 1},
-		{"shared target serialises", []Move{{From: "a", To: "d"}, {From: "b", To: "d"}, {From: "c", To: "d"}}, 3},
-		{"chain", []Move{{From: "a", To: "b"}, {From: "b", To: "c"}, {From: "d", To: "e"}}, 2},
-		{"none", nil, 0},
+		{"disjoint pairs run together", []Move{{From: "a", To: "b"}, {From: "c", To: "d"}}, false, 1},
+		{"shared target serialises", []Move{{From: "a", To: "d"}, {From: "b", To: "d"}, {From: "c", To: "d"}}, false, 3},
+		{"shared target runs together when allowed", []Move{{From: "a", To: "d"}, {From: "b", To: "d"}, {From: "c", To: "d"}}, true, 1},
+		{"one source never feeds two targets at once", []Move{{From: "a", To: "b"}, {From: "a", To: "c"}}, true, 2},
+		{"chain", []Move{{From: "a", To: "b"}, {From: "b", To: "c"}, {From: "d", To: "e"}}, false, 2},
+		{"chain with shared targets", []Move{{From: "a", To: "b"}, {From: "b", To: "c"}, {From: "d", To: "e"}}, true, 2},
+		{"none", nil, true, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rounds := scheduleRounds(tt.moves)
+			rounds := scheduleRounds(tt.moves, tt.sharedTargets)
 			assert.Len(t, rounds, tt.rounds)
 			total := 0
 			for _, r := range rounds {
-				busy := map[string]bool{}
+				source, target := map[string]bool{}, map[string]bool{}
 				for _, m := range r {
-					assert.False(t, busy[m.From] || busy[m.To], "node in two moves of one round")
-					busy[m.From], busy[m.To] = true, true
+					assert.False(t, source[m.From] || target[m.From] || source[m.To], "a source twice, or a node both source and target, in one round")
+					assert.False(t, target[m.To] && !tt.sharedTargets, "a target twice in one round")
+					source[m.From], target[m.To] = true, true
 				}
 				total += len(r)
 			}

@@ -150,11 +150,11 @@ func (a *Admin) useAtomic(snap *Snapshot) bool {
 	return true
 }
 
-// runRounds executes moves in rounds of disjoint source->target pairs (scheduleRounds), the
-// moves of one round in parallel; the first round with a failure ends the run, so a later
-// round never builds on a move that did not finish.
-func runRounds(moves []Move, move func(Move) error) error {
-	for _, round := range scheduleRounds(moves) {
+// runRounds executes moves in rounds (scheduleRounds), the moves of one round in parallel;
+// the first round with a failure ends the run, so a later round never builds on a move that
+// did not finish.
+func runRounds(moves []Move, sharedTargets bool, move func(Move) error) error {
+	for _, round := range scheduleRounds(moves, sharedTargets) {
 		errs := make([]error, len(round))
 		var wg sync.WaitGroup
 		for i, m := range round {

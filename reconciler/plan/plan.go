@@ -39,6 +39,9 @@ type Node struct {
 	Pod       Pod
 	// Unschedulable is the scheduler's reason when the pod cannot be placed ("" otherwise).
 	Unschedulable string
+	// Exited: the kubelet reports the pod's container terminated, so its server is surely
+	// gone (a pod that is merely missing may still run on a node cut off from the API).
+	Exited bool
 	// RecordedID is status.nodeID: the Valkey node ID the node had when last seen.
 	RecordedID string
 	// State is the server's own report; nil when its pod is not ready, unreachable otherwise.
@@ -72,11 +75,13 @@ const (
 	MarkLeaving Kind = "MarkLeaving" // Nodes are to go: lifecycle Leaving
 	Remove      Kind = "Remove"      // FORGET Node everywhere else (it holds no slots); Delete follows
 	Takeover    Kind = "Takeover"    // promote replica Node without a vote: too few primaries to elect
-	Failover    Kind = "Failover"    // graceful CLUSTER FAILOVER of primary Node to an in-sync replica
-	DropSlots   Kind = "DropSlots"   // forget dead IDs whose slots had no other copy (their data is lost)
-	AssignSlots Kind = "AssignSlots" // give Slots, owned by nobody, to the empty primary Node
-	Forget      Kind = "Forget"      // FORGET dead IDs on every server
-	Delete      Kind = "Delete"      // delete the ValkeyNode of Node (its pod follows)
+	// ForceFailover promotes replica Node by a vote started at once: its primary's process exited.
+	ForceFailover Kind = "ForceFailover"
+	Failover      Kind = "Failover"    // graceful CLUSTER FAILOVER of primary Node to an in-sync replica
+	DropSlots     Kind = "DropSlots"   // forget dead IDs whose slots had no other copy (their data is lost)
+	AssignSlots   Kind = "AssignSlots" // give Slots, owned by nobody, to the empty primary Node
+	Forget        Kind = "Forget"      // FORGET dead IDs on every server
+	Delete        Kind = "Delete"      // delete the ValkeyNode of Node (its pod follows)
 )
 
 // Action is the one next step.
@@ -101,8 +106,10 @@ type Action struct {
 //     MarkLeaving, so a replacement is planned and the dead ID forgotten; but a new node
 //     whose server stopped before it ever answered: Wait with a warning;
 //  5. a shard below 1+Replicas live nodes: CreateNodes;
-//  6. a lost primary whose slots no replica has taken over yet: Wait for Valkey's own failover
-//     (the operator never races it), or Takeover by its best replica when too few primaries
+//  6. a lost primary whose slots no replica has taken over yet: when its container exited and
+//     a majority of primaries survives, ForceFailover its best replica (an election started
+//     at once rather than a node timeout later; still a vote, never TAKEOVER); otherwise
+//     Wait for Valkey's own failover, or Takeover by its best replica when too few primaries
 //     survive to elect one (a 2-shard cluster that lost one) and the old primary is surely
 //     gone: its pod deleted, or flagged failing by its peers (never while it may still serve);
 //     a lost primary without any replica is dropped once surely gone (DropSlots, a warning:

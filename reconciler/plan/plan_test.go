@@ -27,6 +27,7 @@ type srv struct {
 	unsched   string
 	answers   bool   // with pod PodLost: the server still answers while its pod is deleted
 	hung      bool   // pod ready, server not answering, flagged fail by its peers
+	exited    bool   // the pod's container terminated (pod Failed)
 	hash      string // spec hash; default "h1"
 	lag       int64  // a replica's offset behind its primary
 }
@@ -72,7 +73,7 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		return fmt.Sprintf("%s 10.0.0.1:6379@16379 %s %s 0 0 1 connected %s", id(s), flags, primary, slots)
 	}
 	for _, s := range servers {
-		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded, Hash: s.hash}
+		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded, Hash: s.hash, Exited: s.exited}
 		if n.Lifecycle == "" {
 			n.Lifecycle = plan.Active
 		}
@@ -317,6 +318,29 @@ func TestNext(t *testing.T) {
 				return s
 			}))
 		}, plan.Action{Kind: plan.Remove, Node: "b1"}},
+		{"a primary whose container exited: its best replica is elected at once", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, []srv{
+				{name: "a0", shard: 0, pod: plan.PodGone, exited: true, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0", ofID: "id-a0"},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "a2", shard: 2, slots: "10923-16383"}, {name: "b2", shard: 2, of: "a2"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			}, ghost{id: "id-a0", slots: "0-5460", flags: "master"})
+		}, plan.Action{Kind: plan.ForceFailover, Node: "b0"}},
+		{"a primary whose pod is merely gone (it may still run): Valkey's own failover is waited for", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, []srv{
+				{name: "a0", shard: 0, pod: plan.PodGone, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0", ofID: "id-a0"},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "a2", shard: 2, slots: "10923-16383"}, {name: "b2", shard: 2, of: "a2"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			}, ghost{id: "id-a0", slots: "0-5460", flags: "master"})
+		}, plan.Action{Kind: plan.Wait}},
+		{"a primary whose container exited, too few primaries to vote: takeover", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, []srv{
+				{name: "a0", shard: 0, pod: plan.PodGone, exited: true, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0", ofID: "id-a0"},
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "c0", shard: 0, life: plan.Joining, alone: true},
+			}, ghost{id: "id-a0", slots: "0-8191", flags: "master"})
+		}, plan.Action{Kind: plan.Takeover, Node: "b0"}},
 		{"a hung replica (pod ready, flagged fail) is replaced", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].hung = true; return s }))
 		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},

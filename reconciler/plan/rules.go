@@ -115,10 +115,10 @@ func waitFailover(v view) (Action, bool) {
 	}
 	sort.Strings(dead)
 	for _, id := range dead {
-		name, gone := id, false
+		name, gone, exited := id, false, false
 		for i := range v.Nodes {
 			if n := &v.Nodes[i]; n.RecordedID == id {
-				name, gone = n.Name, n.Pod == PodGone
+				name, gone, exited = n.Name, n.Pod == PodGone, n.Exited
 			}
 		}
 		var best *Node
@@ -132,6 +132,8 @@ func waitFailover(v view) (Action, bool) {
 			return Action{Kind: DropSlots, IDs: []string{id}, Reason: fmt.Sprintf("lost %s held %d slots and had no replica: the data of those slots is lost; they go to an empty replacement", name, v.owners[id])}, true
 		case best == nil:
 			return Action{Kind: Wait, Reason: "waiting until lost " + name + " (no replica) is surely gone"}, true
+		case exited && v.canElect(id):
+			return Action{Kind: ForceFailover, Node: best.Name, Reason: fmt.Sprintf("lost %s: its server exited; %s is elected at once", name, best.Name)}, true
 		case !v.canElect(id) && (gone || v.failing(id)):
 			return Action{Kind: Takeover, Node: best.Name, Reason: fmt.Sprintf("lost %s: too few primaries survive to elect %s, which takes over", name, best.Name)}, true
 		default:
