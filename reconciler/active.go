@@ -105,6 +105,9 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		if pod := p.pods[n.Name()]; pod != nil {
 			pn.Pod, pn.Unschedulable = podState(pod)
 			pn.Exited = pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+			if pn.Pod == plan.PodStarting {
+				pn.NotReadyFor = r.opts.Now().Sub(pod.CreationTimestamp.Time)
+			}
 		} else if pn.Lifecycle == plan.Joining {
 			pn.Pod = plan.PodStarting // created this pass or the last; ensureActivePods makes it
 		}

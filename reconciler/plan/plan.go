@@ -7,6 +7,7 @@ package plan
 
 import (
 	"sort"
+	"time"
 
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
@@ -28,6 +29,10 @@ const (
 	PodGone                // no pod any more: the process is gone for good
 )
 
+// SlowStart is how long a pod may take to turn ready before waiting for it says so in a
+// Warning Event: pulling an image and starting Valkey take seconds, not minutes.
+const SlowStart = 3 * time.Minute
+
 // lost reports whether the node's data is gone or going.
 func (n *Node) lost() bool { return n.Pod == PodLost || n.Pod == PodGone }
 
@@ -39,6 +44,8 @@ type Node struct {
 	Pod       Pod
 	// Unschedulable is the scheduler's reason when the pod cannot be placed ("" otherwise).
 	Unschedulable string
+	// NotReadyFor is how long the pod has existed without being ready (0 once it is).
+	NotReadyFor time.Duration
 	// Exited: the kubelet reports the pod's container terminated, so its server is surely
 	// gone (a pod that is merely missing may still run on a node cut off from the API).
 	Exited bool

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/valkeyops"
@@ -25,11 +26,12 @@ type srv struct {
 	linkDown  bool
 	importing bool
 	unsched   string
-	answers   bool   // with pod PodLost: the server still answers while its pod is deleted
-	hung      bool   // pod ready, server not answering, flagged fail by its peers
-	exited    bool   // the pod's container terminated (pod Failed)
-	hash      string // spec hash; default "h1"
-	lag       int64  // a replica's offset behind its primary
+	answers   bool          // with pod PodLost: the server still answers while its pod is deleted
+	hung      bool          // pod ready, server not answering, flagged fail by its peers
+	exited    bool          // the pod's container terminated (pod Failed)
+	slow      time.Duration // with pod PodStarting: how long it has not been ready
+	hash      string        // spec hash; default "h1"
+	lag       int64         // a replica's offset behind its primary
 }
 
 // ghost is a node ID some servers still know: a dead node.
@@ -73,7 +75,7 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		return fmt.Sprintf("%s 10.0.0.1:6379@16379 %s %s 0 0 1 connected %s", id(s), flags, primary, slots)
 	}
 	for _, s := range servers {
-		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded, Hash: s.hash, Exited: s.exited}
+		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded, Hash: s.hash, Exited: s.exited, NotReadyFor: s.slow}
 		if n.Lifecycle == "" {
 			n.Lifecycle = plan.Active
 		}
@@ -382,6 +384,14 @@ func TestNext(t *testing.T) {
 		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0", "b1"}}},
 		{"replica scale-up", func(t *testing.T) plan.Observed { return observed(t, 2, 2, formed2x1()) },
 			plan.Action{Kind: plan.CreateNodes, Shards: []int{0, 1}}},
+		{"a new pod not ready for a while is waited for quietly", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, slow: time.Minute},
+				srv{name: "b2", shard: 2, life: plan.Joining, alone: true}))
+		}, plan.Action{Kind: plan.Wait}},
+		{"a new pod not ready for minutes is waited for with a warning", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, slow: plan.SlowStart},
+				srv{name: "b2", shard: 2, life: plan.Joining, alone: true}))
+		}, plan.Action{Kind: plan.Wait, Warning: true}},
 		{"a scale-out undone while its pods cannot be scheduled retires them", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, append(formed2x1(),
 				srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, unsched: "0/6 nodes are available"},

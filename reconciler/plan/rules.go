@@ -201,6 +201,9 @@ func waitStarting(v view) (Action, bool) {
 		if n.Unschedulable != "" {
 			return Action{Kind: Wait, Warning: true, Reason: "pod " + n.Name + " cannot be scheduled: " + n.Unschedulable}, true
 		}
+		if n.NotReadyFor >= SlowStart {
+			return Action{Kind: Wait, Warning: true, Reason: fmt.Sprintf("pod %s has not become ready in %s; see `kubectl describe pod %s`", n.Name, SlowStart, n.Name)}, true
+		}
 		return Action{Kind: Wait, Reason: n.Name + " is starting"}, true
 	}
 	return Action{}, false
