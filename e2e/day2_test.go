@@ -126,10 +126,9 @@ func (n *ns) waitConverged(cluster string, want int, timeout time.Duration) {
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		desc, active := clusterview.Describe(nodes)
-		ips := n.podIPs(cluster)
-		if len(nodes) != want || active != want || len(ips) != want {
-			return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), desc), nil
+		ips, settled := n.settled(nodes, cluster, want)
+		if settled != "" {
+			return false, settled, nil
 		}
 		out, err := clusterCheck(ips[0]+":6379", password)
 		if err != nil || !strings.Contains(out, "[OK] All 16384 slots covered.") || strings.Contains(out, "[ERR]") ||
@@ -138,6 +137,17 @@ func (n *ns) waitConverged(cluster string, want int, timeout time.Duration) {
 		}
 		return true, "", nil
 	})
+}
+
+// settled returns the pod IPs of the cluster when it has exactly want ValkeyNodes, all Active,
+// and as many pods with IPs; otherwise what it has instead.
+func (n *ns) settled(nodes []clusterview.Node, cluster string, want int) ([]string, string) {
+	desc, active := clusterview.Describe(nodes)
+	ips := n.podIPs(cluster)
+	if len(nodes) != want || active != want || len(ips) != want {
+		return nil, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), desc)
+	}
+	return ips, ""
 }
 
 // stateWatch records every state the cluster reports while it runs.
@@ -404,6 +414,33 @@ func TestDay2OperatorKilledDuringScaleOut(t *testing.T) {
 	finishDay2(t, w, watch, "an operator SIGKILL during scale-out")
 }
 
+// cordonAll cordons every dev node, so no new pod can be scheduled, and returns what
+// uncordons them again (also run when the test ends).
+func (n *ns) cordonAll() (uncordon func()) {
+	n.t.Helper()
+	nodes := strings.Fields(n.kubectl("get", "nodes", "-o", "name"))
+	require.NotEmpty(n.t, nodes)
+	uncordon = func() {
+		for _, node := range nodes {
+			_, _ = kubectlRun("", "uncordon", node)
+		}
+	}
+	n.t.Cleanup(uncordon)
+	for _, node := range nodes {
+		n.kubectl("cordon", node)
+	}
+	return uncordon
+}
+
+// waitStalled waits for a TopologyStalled Warning Event in the namespace.
+func (n *ns) waitStalled() {
+	n.t.Helper()
+	n.eventually(time.Minute, time.Second, "a TopologyStalled Warning Event", func() (bool, string, error) {
+		out := n.kubectl("get", "events", "--field-selector", "reason=TopologyStalled,type=Warning", "-o", "name")
+		return strings.TrimSpace(out) != "", out, nil
+	})
+}
+
 // TestDay2UnschedulableScaleStalls: a replica increase whose pods cannot be placed (every
 // node cordoned) stalls with a Warning Event while the cluster keeps serving as it was, and
 // finishes by itself once the pods fit.
@@ -412,22 +449,9 @@ func TestDay2UnschedulableScaleStalls(t *testing.T) {
 	const cluster = "stall"
 	w, watch := day2(t, n, cluster, 2, 1)
 
-	nodes := strings.Fields(n.kubectl("get", "nodes", "-o", "name"))
-	require.NotEmpty(t, nodes)
-	uncordon := func() {
-		for _, node := range nodes {
-			_, _ = kubectlRun("", "uncordon", node)
-		}
-	}
-	t.Cleanup(uncordon)
-	for _, node := range nodes {
-		n.kubectl("cordon", node)
-	}
+	uncordon := n.cordonAll()
 	n.patchTopology(cluster, 2, 2)
-	n.eventually(time.Minute, time.Second, "a TopologyStalled Warning Event", func() (bool, string, error) {
-		out := n.kubectl("get", "events", "--field-selector", "reason=TopologyStalled,type=Warning", "-o", "name")
-		return strings.TrimSpace(out) != "", out, nil
-	})
+	n.waitStalled()
 	uncordon()
 	n.waitConverged(cluster, 6, 3*time.Minute)
 	finishDay2(t, w, watch, "a stalled, then resumed, replica increase")

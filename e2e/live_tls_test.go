@@ -18,7 +18,6 @@ import (
 	"github.com/valkey-io/valkey-go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gomomento/valkey-operator/internal/clusterview"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/valkeyops"
@@ -206,10 +205,9 @@ func (n *ns) waitTLSConverged(cluster string, want int, roots *x509.CertPool, se
 		if err != nil {
 			return false, err.Error(), nil
 		}
-		desc, active := clusterview.Describe(nodes)
-		ips := n.podIPs(cluster)
-		if len(nodes) != want || active != want || len(ips) != want {
-			return false, fmt.Sprintf("%d pods with IPs; nodes %s", len(ips), desc), nil
+		ips, settled := n.settled(nodes, cluster, want)
+		if settled != "" {
+			return false, settled, nil
 		}
 		for _, ip := range ips {
 			info, err := clusterInfoTLS(ip, password, serverName, roots)

@@ -142,21 +142,9 @@ func TestDay2ConfigEditRolls(t *testing.T) {
 
 	// The config edit while nothing can be scheduled: the roll stalls with the old nodes.
 	old := n.nodeNames(cluster)
-	nodes := strings.Fields(n.kubectl("get", "nodes", "-o", "name"))
-	uncordon := func() {
-		for _, node := range nodes {
-			_, _ = kubectlRun("", "uncordon", node)
-		}
-	}
-	t.Cleanup(uncordon)
-	for _, node := range nodes {
-		n.kubectl("cordon", node)
-	}
+	uncordon := n.cordonAll()
 	n.kubectl("patch", "valkeyconfig", cfg, "--type=merge", "-p", `{"spec":{"valkey":{"maxmemory-policy":"volatile-lru"}}}`)
-	n.eventually(time.Minute, time.Second, "a TopologyStalled Warning Event", func() (bool, string, error) {
-		out := n.kubectl("get", "events", "--field-selector", "reason=TopologyStalled,type=Warning", "-o", "name")
-		return strings.TrimSpace(out) != "", out, nil
-	})
+	n.waitStalled()
 	stalled, err := n.nodeStatuses(cluster)
 	require.NoError(t, err)
 	for _, s := range stalled {

@@ -95,19 +95,7 @@ func TestKillPrimaryRecovers(t *testing.T) {
 	c := dataClient(t, f.nodes)
 	fill(t, c, "d:", 20_000)
 
-	var victim *valkeyops.NodeState
-	for _, p := range snap.Primaries() {
-		if p.Shard == 1 {
-			victim = p
-		}
-	}
-	require.NotNil(t, victim)
-	heir := snap.ReplicasOf(victim.ID)[0]
-	// Replication is asynchronous: kill only once the replica has every acknowledged write.
-	require.Eventually(t, func() bool {
-		s, err := f.admin.Observe(ctx, f.nodes)
-		return err == nil && s.ByName(heir.Name).ReplOffset == s.ByName(victim.Name).ReplOffset
-	}, 30*time.Second, 50*time.Millisecond)
+	victim, heir := caughtUpPrimary(ctx, t, f, snap, 1)
 
 	require.NoError(t, f.env.Kill(ctx, victim.Name))
 	require.Eventually(t, func() bool {
@@ -152,6 +140,24 @@ func TestKillPrimaryRecovers(t *testing.T) {
 	verify(t, c, "d:", seq(20_000))
 }
 
+// caughtUpPrimary is shard's primary and its replica, once the replica has every write the
+// primary took (replication is asynchronous: a primary is lost only after that).
+func caughtUpPrimary(ctx context.Context, t *testing.T, f *fixture, snap *valkeyops.Snapshot, shard int) (victim, heir *valkeyops.NodeState) {
+	t.Helper()
+	for _, p := range snap.Primaries() {
+		if p.Shard == shard {
+			victim = p
+		}
+	}
+	require.NotNil(t, victim)
+	heir = snap.ReplicasOf(victim.ID)[0]
+	require.Eventually(t, func() bool {
+		s, err := f.admin.Observe(ctx, f.nodes)
+		return err == nil && s.ByName(heir.Name).ReplOffset == s.ByName(victim.Name).ReplOffset
+	}, 30*time.Second, 50*time.Millisecond)
+	return victim, heir
+}
+
 // SIGKILL a primary and, at once, CLUSTER FAILOVER FORCE its replica (what the operator does
 // when the kubelet reports the primary's container exited): the surviving primaries vote
 // without waiting for a node timeout, the replica serves the dead primary's slots with every
@@ -165,18 +171,7 @@ func TestForceFailoverAfterPrimaryExit(t *testing.T) {
 	c := dataClient(t, f.nodes)
 	fill(t, c, "x:", 20_000)
 
-	var victim *valkeyops.NodeState
-	for _, p := range snap.Primaries() {
-		if p.Shard == 2 {
-			victim = p
-		}
-	}
-	require.NotNil(t, victim)
-	heir := snap.ReplicasOf(victim.ID)[0]
-	require.Eventually(t, func() bool {
-		s, err := f.admin.Observe(ctx, f.nodes)
-		return err == nil && s.ByName(heir.Name).ReplOffset == s.ByName(victim.Name).ReplOffset
-	}, 30*time.Second, 50*time.Millisecond)
+	victim, heir := caughtUpPrimary(ctx, t, f, snap, 2)
 
 	require.NoError(t, f.env.Kill(ctx, victim.Name))
 	killed := time.Now()

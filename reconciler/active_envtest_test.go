@@ -31,12 +31,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -1026,39 +1024,15 @@ func (e *day2Env) assertShape(t *testing.T, key types.NamespacedName, shards int
 // Valkey write (neither a scripted call nor one of the fallback's).
 func (e *day2Env) assertIdle(t *testing.T, key types.NamespacedName) {
 	m := e.valkey.model(key)
-	before := e.resourceVersions(t, key.Namespace)
+	before := snapshotNamespace(t, e.c, key.Namespace)
 	apiWrites, valkeyOps, fallback := len(e.api.in(key.Namespace, time.Time{})), len(m.writes()), e.valkey.fallback.writeCount(key)
 	start, passes := time.Now(), e.passes.of(key)
 	e.waitPasses(t, key, day2IdlePasses)
 	t.Logf("idle window %s: %d passes", time.Since(start).Round(time.Millisecond), e.passes.of(key)-passes)
 	assert.Empty(t, e.api.in(key.Namespace, time.Time{})[apiWrites:], "no API write")
-	assert.Equal(t, before, e.resourceVersions(t, key.Namespace), "every object unchanged")
+	assert.Equal(t, before, snapshotNamespace(t, e.c, key.Namespace), "every object unchanged")
 	assert.Len(t, m.writes(), valkeyOps, "no Valkey write call")
 	assert.Equal(t, fallback, e.valkey.fallback.writeCount(key), "no unscripted Valkey write either")
-}
-
-// resourceVersions maps kind/name to resourceVersion for everything the operator could write
-// in ns.
-func (e *day2Env) resourceVersions(t *testing.T, ns string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	lists := map[string]client.ObjectList{
-		"ValkeyCluster": views.NewClusterListObject(), "ValkeyNode": views.NewNodeListObject(),
-		"Pod": &corev1.PodList{}, "Service": &corev1.ServiceList{}, "Secret": &corev1.SecretList{},
-		"ConfigMap": &corev1.ConfigMapList{}, "Event": &eventsv1.EventList{},
-	}
-	for kind, list := range lists {
-		require.NoError(t, e.c.List(context.Background(), list, client.InNamespace(ns)))
-		require.NoError(t, meta.EachListItem(list, func(o runtime.Object) error {
-			a, err := meta.Accessor(o)
-			if err != nil {
-				return err
-			}
-			out[kind+"/"+a.GetName()] = a.GetResourceVersion()
-			return nil
-		}))
-	}
-	return out
 }
 
 // ---- the cluster's state, as a watch shows it ---------------------------------------------

@@ -45,12 +45,12 @@ func TestIdleClusterMakesNoWrites(t *testing.T) {
 	// Let the Events of the transition land before taking the baseline.
 	waitEvent(t, key, corev1.EventTypeNormal, "StateChanged", "Creating -> Active")
 
-	before := snapshotNamespace(t, ns)
+	before := snapshotNamespace(t, k8s, ns)
 	writes := fake.writeCount(key)
 	reconciles := passes.of(key)
 	start := time.Now()
 	time.Sleep(window) // the window itself is what is being measured
-	after := snapshotNamespace(t, ns)
+	after := snapshotNamespace(t, k8s, ns)
 	passes := passes.of(key) - reconciles
 
 	minPasses := int64(window / resync / 2)
@@ -61,8 +61,8 @@ func TestIdleClusterMakesNoWrites(t *testing.T) {
 }
 
 // snapshotNamespace maps kind/name to resourceVersion for everything the operator could
-// write in ns.
-func snapshotNamespace(t *testing.T, ns string) map[string]string {
+// write in ns, read through c.
+func snapshotNamespace(t *testing.T, c client.Reader, ns string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	lists := map[string]client.ObjectList{
@@ -71,7 +71,7 @@ func snapshotNamespace(t *testing.T, ns string) map[string]string {
 		"ConfigMap": &corev1.ConfigMapList{}, "Event": &eventsv1.EventList{},
 	}
 	for kind, list := range lists {
-		require.NoError(t, k8s.List(context.Background(), list, client.InNamespace(ns)))
+		require.NoError(t, c.List(context.Background(), list, client.InNamespace(ns)))
 		require.NoError(t, meta.EachListItem(list, func(o runtime.Object) error {
 			m, err := meta.Accessor(o)
 			if err != nil {

@@ -15,6 +15,16 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
+// clientAddrs are the client addresses of the pods ips lists (pod name -> IP), sorted.
+func clientAddrs(ips map[string]string) []string {
+	var addrs []string
+	for _, ip := range ips {
+		addrs = append(addrs, net.JoinHostPort(ip, "6379"))
+	}
+	sort.Strings(addrs)
+	return addrs
+}
+
 // waitNewCluster applies a shards x replicas cluster of configRef in namespace ns and waits
 // until it is converged; it returns the default user's password.
 func (b *bench) waitNewCluster(ctx context.Context, ns, name, configRef string, shards, replicas int) (string, error) {
@@ -77,11 +87,7 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 	if err != nil {
 		return err
 	}
-	var addrs []string
-	for _, ip := range ips {
-		addrs = append(addrs, net.JoinHostPort(ip, "6379"))
-	}
-	sort.Strings(addrs)
+	addrs := clientAddrs(ips)
 	victim := ""
 	for _, n := range nodes {
 		if n.Role == "primary" && ips[n.Name] != "" {

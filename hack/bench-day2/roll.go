@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"sort"
 	"time"
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
@@ -43,12 +41,7 @@ func (b *bench) roll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var addrs []string
-	for _, ip := range ips {
-		addrs = append(addrs, net.JoinHostPort(ip, "6379"))
-	}
-	sort.Strings(addrs)
-	c, err := clusterClient(addrs, password)
+	c, err := clusterClient(clientAddrs(ips), password)
 	if err != nil {
 		return err
 	}
