@@ -19,7 +19,6 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
-	"github.com/gomomento/valkey-operator/internal/operatorproc"
 	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
@@ -107,8 +106,24 @@ func (n *ns) dump() {
 	t.Logf("--- docker containers of %s: %v %v", n.name, names, errOrEmpty(err))
 	t.Logf("--- operator log tail:\n%s", suite.operator.Tail(80))
 	if nodesLog := filepath.Join(stateDir(), "logs", "nodes.log"); fileExists(nodesLog) {
-		t.Logf("--- dev nodes log tail (%s):\n%s", nodesLog, operatorproc.Tail(nodesLog, 30, 400))
+		t.Logf("--- dev nodes log, last lines naming %s (%s):\n%s", n.name, nodesLog, linesNaming(nodesLog, n.name, 40))
 	}
+}
+
+// linesNaming returns the last n lines of the file at path that contain s: what the
+// dev kubelet did with this namespace's pods, among every other test's.
+func linesNaming(path, s string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out[max(0, len(out)-n):], "\n")
 }
 
 // containers lists the dev cluster's Docker containers running this namespace's pods.

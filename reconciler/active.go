@@ -283,10 +283,8 @@ func (r *Reconciler) ensureActivePods(ctx context.Context, p *pass) *outcome {
 			joining = append(joining, n)
 		}
 	}
-	if err := r.createPods(ctx, p, joining); err != nil {
-		return done(ctrl.Result{}, err)
-	}
-	return nil
+	// A node's config ConfigMap that someone else made blocks it with a Warning Event.
+	return r.applied(p, "NodeConfigMap", r.createPods(ctx, p, joining))
 }
 
 // ensurePodAnnotations brings the cluster's podAnnotations onto every live pod in place:

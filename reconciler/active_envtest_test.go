@@ -1106,7 +1106,7 @@ const recordStatus = "RecordStatus"
 
 // timeline is the cluster's writes since `since`, in the order they started. API writes are
 // classified by what they do: a ValkeyNode created, or its status moved to Joining, is
-// CreateNodes, as is a pod created; a status moved to Active or Leaving is MarkActive or
+// CreateNodes, as is a pod or its config ConfigMap created; a status moved to Active or Leaving is MarkActive or
 // MarkLeaving; a ValkeyNode deleted is Delete. Events are left out (they are written
 // asynchronously, after the pass).
 func (e *day2Env) timeline(key types.NamespacedName, since time.Time) []day2Step {
@@ -1132,6 +1132,8 @@ func (e *day2Env) timeline(key types.NamespacedName, since time.Time) []day2Step
 			s.Kind = string(plan.Delete)
 		case w.Resource == "pods" && w.Method == http.MethodPost:
 			s.Kind, s.Target = string(plan.CreateNodes), w.Name+" pod"
+		case w.Resource == "configmaps" && w.Method == http.MethodPost:
+			s.Kind, s.Target = string(plan.CreateNodes), w.Name // a new node's config file
 		case w.Resource == "valkeyclusters" && w.Sub == "status":
 			s.Kind = "ClusterStatus"
 		default:

@@ -171,10 +171,8 @@ func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken m
 
 // ensurePods creates the Pod of every node that has none, from the node's fixed spec.
 func (r *Reconciler) ensurePods(ctx context.Context, p *pass) *outcome {
-	if err := r.createPods(ctx, p, p.nodes); err != nil {
-		return done(ctrl.Result{}, err)
-	}
-	return nil
+	// A node's config ConfigMap that someone else made blocks it with a Warning Event.
+	return r.applied(p, "NodeConfigMap", r.createPods(ctx, p, p.nodes))
 }
 
 // createPods creates the Pod of each of nodes that has none.
@@ -184,8 +182,12 @@ func (r *Reconciler) createPods(ctx context.Context, p *pass, nodes []views.Node
 		if p.pods[n.Name()] != nil {
 			continue
 		}
+		owner := ownerRef(n.U, crds.Group+"/"+crds.Version, crds.KindNode)
+		if err := r.createNodeConfig(ctx, n, owner); err != nil {
+			return err
+		}
 		pod := render.Pod(n.Name(), p.key.Namespace, n.Spec(), annotations)
-		pod.OwnerReferences = []metav1.OwnerReference{ownerRef(n.U, crds.Group+"/"+crds.Version, crds.KindNode)}
+		pod.OwnerReferences = []metav1.OwnerReference{owner}
 		if err := r.client.Create(ctx, pod); err != nil {
 			if apierrors.IsAlreadyExists(err) {
 				continue
@@ -194,6 +196,27 @@ func (r *Reconciler) createPods(ctx context.Context, p *pass, nodes []views.Node
 		}
 		p.log.Info("created Pod", "pod", pod.Name)
 		r.event(p, pod, ReasonPodCreated, "CreatePod", "Created Pod %s for ValkeyNode %s", pod.Name, n.Name())
+	}
+	return nil
+}
+
+// createNodeConfig creates the ConfigMap holding node n's valkey.conf, owned by n (so it goes
+// with the node), before its pod, which mounts it. The file follows from the node's fixed
+// spec, so it is written once; one found already is accepted only if n controls it: the
+// operator adopts nothing it did not create.
+func (r *Reconciler) createNodeConfig(ctx context.Context, n views.Node, owner metav1.OwnerReference) error {
+	cm := render.NodeConfigMap(n.Name(), n.U.GetNamespace(), n.Spec())
+	cm.OwnerReferences = []metav1.OwnerReference{owner}
+	err := r.client.Create(ctx, cm)
+	if !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	live := &corev1.ConfigMap{}
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(cm), live); err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(live, n.U) {
+		return &ObjectConflictError{Kind: "ConfigMap", Name: cm.Name}
 	}
 	return nil
 }

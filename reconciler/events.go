@@ -12,6 +12,7 @@ const (
 	ReasonCertExpired       = "CertificateExpired"
 	ReasonConfigUnresolved  = "ConfigUnresolved"
 	ReasonRoleMissing       = "RoleMissing"
+	ReasonACLRejected       = "ACLRejected"
 	ReasonNodeCreated       = "NodeCreated"
 	ReasonPodCreated        = "PodCreated"
 	ReasonBootstrap         = "Bootstrap"

@@ -265,7 +265,15 @@ func TestRenderedPod(t *testing.T) {
 				assert.Equal(t, "100m", ctr.Resources.Limits.Cpu().String())
 				assert.Equal(t, "256Mi", ctr.Resources.Requests.Memory().String())
 				assert.EqualValues(t, 6379, ctr.ReadinessProbe.TCPSocket.Port.IntValue())
-				assert.Subset(t, ctr.Args, []string{"--cluster-announce-ip", "$(POD_IP)", "--maxmemory", "100mb", "--aclfile"})
+				assert.Subset(t, ctr.Args, []string{"/etc/valkey/conf/valkey.conf", "--cluster-announce-ip", "$(POD_IP)", "--aclfile"})
+				assert.NotContains(t, ctr.Args, "--maxmemory", "user settings stay off the command line")
+				// The settings are in the node's own ConfigMap, which goes with its ValkeyNode.
+				cm := &corev1.ConfigMap{}
+				require.NoError(t, k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod.Name + "-config"}, cm))
+				assert.Contains(t, cm.Data["valkey.conf"], `maxmemory "100mb"`+"\n")
+				require.Len(t, cm.OwnerReferences, 1)
+				assert.Equal(t, crds.KindNode, cm.OwnerReferences[0].Kind)
+				assert.Equal(t, pod.Name, cm.OwnerReferences[0].Name)
 				expr := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0]
 				assert.Equal(t, "topology.kubernetes.io/zone", expr.Key)
 				assert.ElementsMatch(t, tc.placement.Zones, expr.Values)

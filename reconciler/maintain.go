@@ -114,6 +114,14 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 	} else {
 		r.clearWarning(p, ReasonRoleMissing)
 	}
+	// The CRD refuses what it can; what it cannot see (a ValkeyRole's rules combined with a
+	// user's) is checked here. A spec Valkey would refuse never reaches a node: the last good
+	// file stays and nothing is applied live until the spec is fixed.
+	if err := valkeyops.ValidateACL(spec); err != nil {
+		r.warn(p, ReasonACLRejected, "RenderACL", "spec.acl not applied, the nodes keep the last valid ACL: "+err.Error())
+		return nil
+	}
+	r.clearWarning(p, ReasonACLRejected)
 	p.acl = spec
 	err := apply(ctx, r, p, owned[*corev1.ConfigMap, *corev1ac.ConfigMapApplyConfiguration]{
 		kind: "ConfigMap", name: render.ACLConfigMapName(p.key.Name), live: &corev1.ConfigMap{},

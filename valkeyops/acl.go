@@ -106,7 +106,7 @@ func ValidateACL(spec ACLSpec) error {
 				}
 			}
 			for _, k := range p.Keys {
-				if k.Pattern == "" || strings.ContainsAny(k.Pattern, " \t\r\n()") {
+				if !validPattern(k.Pattern) {
 					return bad("invalid key pattern %q", k.Pattern)
 				}
 				switch k.Access {
@@ -116,13 +116,28 @@ func ValidateACL(spec ACLSpec) error {
 				}
 			}
 			for _, ch := range p.Channels {
-				if ch == "" || strings.ContainsAny(ch, " \t\r\n()") {
+				if !validPattern(ch) {
 					return bad("invalid channel pattern %q", ch)
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// validPattern reports whether p can stand in an ACL rule (~p, &p) as one word of the ACL
+// file: not empty, and no space, control character, parenthesis (selectors) or quote (the
+// file's parser reads quotes as quoting). The CRD refuses the same characters.
+func validPattern(p string) bool {
+	if p == "" {
+		return false
+	}
+	for i := 0; i < len(p); i++ {
+		if c := p[i]; c <= ' ' || c == 0x7f || strings.IndexByte(`()"'`, c) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // aclUserRules are the rules of one user after its name, in the form ACL SETUSER accepts and

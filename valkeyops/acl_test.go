@@ -78,6 +78,10 @@ func TestValidateACL(t *testing.T) {
 		{"bad access", withUser(ok, ACLUser{Name: "a", PasswordHashes: []string{h}, Permissions: []ACLPermission{{Keys: []KeyPattern{{Pattern: "x", Access: "all"}}}}}), false},
 		{"pattern with space", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Keys: []KeyPattern{{Pattern: "x y", Access: "read"}}}}}), false},
 		{"selector injection", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Channels: []string{"x)"}}}}), false},
+		{"pattern with a quote", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Keys: []KeyPattern{{Pattern: `x"`, Access: "read"}}}}}), false},
+		{"channel with a newline", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Channels: []string{"x\nuser evil on nopass +@all"}}}}), false},
+		{"channel with a control character", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Channels: []string{"x\x01"}}}}), false},
+		{"glob patterns", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Keys: []KeyPattern{{Pattern: "app:[a-z]*?", Access: "read"}}, Channels: []string{"news.*"}}}}), true},
 		{"bad command", withUser(ok, ACLUser{Name: "a", Permissions: []ACLPermission{{Commands: []ACLRule{{Name: "get ~*"}}}}}), false},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,7 @@
 package dockerpods
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
@@ -311,6 +313,7 @@ func (p *Provider) superviseContainer(ctx context.Context, st *podState, i int) 
 		}
 
 		term := p.terminatedState(ctx, id)
+		p.fallbackToLogs(ctx, st, i, term)
 		runFor := term.FinishedAt.Sub(term.StartedAt.Time)
 		st.mu.Lock()
 		policy, deleting := st.pod.Spec.RestartPolicy, st.deleting
@@ -381,6 +384,36 @@ func (p *Provider) terminatedState(ctx context.Context, id string) *corev1.Conta
 	}
 	term.Message = s.Error
 	return term
+}
+
+// Limits of a termination message taken from the logs, as a kubelet's.
+const (
+	terminationLogLines = 80
+	terminationLogBytes = 2048
+)
+
+// fallbackToLogs fills term's message, when container i's terminationMessagePolicy is
+// FallbackToLogsOnError and it failed without one, with the tail of its output, as a
+// kubelet does: what a program that dies at start-up printed is then in the pod's status.
+func (p *Provider) fallbackToLogs(ctx context.Context, st *podState, i int, term *corev1.ContainerStateTerminated) {
+	st.mu.Lock()
+	policy := st.pod.Spec.Containers[i].TerminationMessagePolicy
+	st.mu.Unlock()
+	if policy != corev1.TerminationMessageFallbackToLogsOnError || term.ExitCode == 0 || term.Message != "" {
+		return
+	}
+	id := strings.TrimPrefix(term.ContainerID, "docker://")
+	logs, err := p.shared.Docker.ContainerLogs(ctx, id, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: strconv.Itoa(terminationLogLines)})
+	if err != nil {
+		return
+	}
+	defer logs.Close()
+	var out bytes.Buffer
+	if _, err := stdcopy.StdCopy(&out, &out, logs); err != nil && out.Len() == 0 {
+		return
+	}
+	b := out.Bytes()
+	term.Message = string(b[max(0, len(b)-terminationLogBytes):])
 }
 
 // stopContainer stops container i gracefully, as a kubelet kills a

@@ -106,8 +106,17 @@ func (p *Provider) NotifyPods(_ context.Context, f func(*corev1.Pod)) {
 	close(p.ready)
 }
 
+// publish hands the pod's current status to the node controller. The
+// snapshot and the hand-over happen under the pod's publish lock, so
+// notifications reach the controller in the order their snapshots were
+// taken. Without it, a publisher that read "not ready" could hand its copy
+// over after a probe published "ready"; the controller keeps the last copy
+// it got, and the probe, seeing no further change, never publishes again,
+// so the pod stayed 0/1 for good.
 func (p *Provider) publish(st *podState) {
 	<-p.ready
+	st.pubMu.Lock()
+	defer st.pubMu.Unlock()
 	p.notify(st.snapshot())
 }
 

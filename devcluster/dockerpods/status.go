@@ -20,6 +20,7 @@ type podState struct {
 	startDone chan struct{}     // closed when startPod returns
 	volMu     sync.Mutex        // serialises syncVolumes
 	volHash   map[string]string // volume name -> hash of the last payload written
+	pubMu     sync.Mutex        // orders status notifications (see Provider.publish)
 
 	mu        sync.Mutex
 	pod       *corev1.Pod

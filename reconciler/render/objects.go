@@ -38,6 +38,7 @@ const (
 	// never appears on a command line, in `ps` or in the container runtime's metadata.
 	AuthReplicationConfKey = "replication.conf"
 	ACLFileKey             = "users.acl"
+	ConfFileKey            = "valkey.conf"
 )
 
 // Labels are the labels of every object owned by cluster.
@@ -57,6 +58,10 @@ func ServiceName(cluster string) string { return cluster }
 
 // AuthSecretName is the name of the generated-password Secret.
 func AuthSecretName(cluster string) string { return cluster + "-auth" }
+
+// NodeConfigMapName is the name of a node's config-file ConfigMap (owned by its ValkeyNode,
+// written once: the settings of a node never change, a changed config replaces the node).
+func NodeConfigMapName(node string) string { return node + "-config" }
 
 // ACLConfigMapName is the name of the rendered ACL file's ConfigMap.
 func ACLConfigMapName(cluster string) string { return cluster + "-acl" }

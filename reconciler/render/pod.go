@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"slices"
 	"sort"
@@ -24,8 +25,11 @@ const (
 	ACLDir  = "/etc/valkey/acl"
 	TLSDir  = "/etc/valkey/tls"
 	AuthDir = "/etc/valkey/auth"
-	// ReplicationConfFile is valkey-server's config file: only the replication login, so
-	// secrets stay off the command line; everything else is passed as arguments.
+	ConfDir = "/etc/valkey/conf"
+	// ConfFile is valkey-server's config file (its first argument): the node's own
+	// ConfigMap, holding the user's settings and an include of the replication login.
+	ConfFile = ConfDir + "/" + ConfFileKey
+	// ReplicationConfFile holds the replication login, so secrets stay off the command line.
 	ReplicationConfFile = AuthDir + "/" + AuthReplicationConfKey
 	DataDir             = "/data"
 	ACLFile             = ACLDir + "/" + ACLFileKey
@@ -88,12 +92,15 @@ func sortedUnique(l []string) []string {
 	return slices.Compact(out)
 }
 
-// Args renders valkey-server's command line. Operator-owned directives come first; the
-// user's settings from the resolved config follow as `--key value...` in key order (the CRD
-// rejects user keys that would collide with operator-owned ones).
+// Args renders valkey-server's command line: the node's config file, then the directives
+// the operator owns. No user value is ever an argument: valkey-server reads every later
+// `--name` as a new directive, so a value split into argv could smuggle one in (say
+// `noeviction --port 6379`). The user's settings live in the config file (ConfigFile), one
+// directive per line, where a value can only ever be that directive's arguments. Arguments
+// override the file, so an operator-owned directive wins even if the file names it.
 func Args(s views.NodeSpec) []string {
 	args := []string{
-		ReplicationConfFile, // must come first: valkey-server reads a config file only there
+		ConfFile, // must come first: valkey-server reads a config file only there
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", DataDir + "/nodes.conf",
 		"--cluster-announce-ip", "$(POD_IP)",
@@ -123,16 +130,58 @@ func Args(s views.NodeSpec) []string {
 	} else {
 		args = append(args, "--port", "6379")
 	}
-	keys := slices.Sorted(maps.Keys(s.Valkey))
-	for _, k := range keys {
-		args = append(args, "--"+k)
-		vals := strings.Fields(s.Valkey[k])
-		if len(vals) == 0 {
-			vals = []string{""}
-		}
-		args = append(args, vals...)
-	}
 	return args
+}
+
+// ConfigFile renders the node's valkey.conf: an include of the replication login, then the
+// user's settings in key order, one directive per line. A value's words become the
+// directive's arguments, each quoted (so `save: "900 1"` is `save "900" "1"`, as on a
+// command line) and escaped, so no value can end its line or start another directive; the
+// CRD rejects control characters, and quoting keeps `#` or quotes literal.
+func ConfigFile(s views.NodeSpec) string {
+	var b strings.Builder
+	b.WriteString("# Rendered by valkey-operator from the node's resolved ValkeyConfig.\n")
+	b.WriteString("include " + ReplicationConfFile + "\n")
+	for _, k := range slices.Sorted(maps.Keys(s.Valkey)) {
+		b.WriteString(k)
+		words := strings.Fields(s.Valkey[k])
+		if len(words) == 0 {
+			words = []string{""}
+		}
+		for _, w := range words {
+			b.WriteString(" " + quoteConfigWord(w))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// NodeConfigMap renders the ConfigMap holding node's valkey.conf (ConfigFile).
+func NodeConfigMap(node, namespace string, s views.NodeSpec) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: NodeConfigMapName(node), Namespace: namespace, Labels: Labels(s.Cluster)},
+		Data:       map[string]string{ConfFileKey: ConfigFile(s)},
+	}
+}
+
+// quoteConfigWord quotes w the way valkey-server's config parser (sdssplitargs) reads a
+// double-quoted word back: backslash and quote escaped, anything unprintable as \xHH.
+func quoteConfigWord(w string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(w); i++ {
+		switch c := w[i]; {
+		case c == '\\' || c == '"':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c == 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
 }
 
 // Pod renders the Pod of the ValkeyNode name from its fixed spec. annotations are the
@@ -147,11 +196,14 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
 	}
 	mounts := []corev1.VolumeMount{
+		{Name: "conf", MountPath: ConfDir, ReadOnly: true},
 		{Name: "acl", MountPath: ACLDir, ReadOnly: true},
 		{Name: "auth", MountPath: AuthDir, ReadOnly: true},
 		{Name: "data", MountPath: DataDir},
 	}
 	volumes := []corev1.Volume{
+		{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: NodeConfigMapName(name)}, DefaultMode: ptr.To[int32](0o444)}}},
 		{Name: "acl", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 			LocalObjectReference: corev1.LocalObjectReference{Name: ACLConfigMapName(s.Cluster)}, DefaultMode: ptr.To[int32](0o444)}}},
 		// Only the replication fragment: the application password stays out of the pod.
@@ -184,6 +236,9 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 		},
 		Resources:    res,
 		VolumeMounts: mounts,
+		// A server that refuses its configuration prints why and exits: that output becomes
+		// the pod's termination message, from which the operator names the setting.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: probePort}},
 			PeriodSeconds:    5,

@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
@@ -82,18 +83,31 @@ func TestPod(t *testing.T) {
 			assert.Equal(t, "kubernetes.io/hostname", pod.Spec.TopologySpreadConstraints[len(got)-1].TopologyKey)
 
 			args := ctr.Args
-			assert.Subset(t, args, []string{"--cluster-announce-ip", "$(POD_IP)", "--aclfile", "/etc/valkey/acl/users.acl", "--maxmemory", "1gb", "900", "1"})
+			assert.Subset(t, args, []string{"--cluster-announce-ip", "$(POD_IP)", "--aclfile", "/etc/valkey/acl/users.acl"})
+			for _, a := range args {
+				assert.NotContains(t, []string{"--maxmemory", "1gb", "--save", "900"}, a, "a user setting is on the command line")
+			}
 			if tc.tls != "" {
 				assert.Subset(t, args, []string{"--tls-port", "--port", "0", "--tls-cluster", "--tls-replication", "/etc/valkey/tls/tls.crt", "/etc/valkey/tls/ca.crt"})
-				assert.Len(t, pod.Spec.Volumes, 4)
+				assert.Len(t, pod.Spec.Volumes, 5)
 			} else {
 				assert.NotContains(t, args, "--tls-port")
-				assert.Len(t, pod.Spec.Volumes, 3)
+				assert.Len(t, pod.Spec.Volumes, 4)
 			}
 
-			// The replication login comes from the auth Secret as valkey-server's config file
-			// (its first argument); no password travels in args or env.
-			assert.Equal(t, "/etc/valkey/auth/replication.conf", args[0])
+			// valkey-server's config file (its first argument) is the node's own ConfigMap; it
+			// includes the replication login from the auth Secret, so no password travels in
+			// args or env.
+			assert.Equal(t, "/etc/valkey/conf/valkey.conf", args[0])
+			var conf *corev1.ConfigMapVolumeSource
+			for _, v := range pod.Spec.Volumes {
+				if v.Name == "conf" {
+					conf = v.ConfigMap
+				}
+			}
+			require.NotNil(t, conf)
+			assert.Equal(t, "c1-abcde-config", conf.Name)
+			assert.Contains(t, ctr.VolumeMounts, corev1.VolumeMount{Name: "conf", MountPath: "/etc/valkey/conf", ReadOnly: true})
 			assert.NotContains(t, args, "--masterauth")
 			for _, e := range ctr.Env {
 				assert.Nil(t, e.ValueFrom.SecretKeyRef, "env %s reads a Secret", e.Name)
@@ -107,6 +121,34 @@ func TestPod(t *testing.T) {
 			require.NotNil(t, auth)
 			assert.Equal(t, "c1-auth", auth.SecretName)
 			assert.Equal(t, []corev1.KeyToPath{{Key: "replication.conf", Path: "replication.conf"}}, auth.Items, "only the replication fragment is mounted")
+		})
+	}
+}
+
+// TestConfigFile: every user value reaches valkey-server only as the arguments of its own
+// directive line, quoted, so none can start another directive.
+func TestConfigFile(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		valkey map[string]string
+		want   string
+	}{
+		{"no settings", nil, ""},
+		{"one word", map[string]string{"maxmemory": "1gb"}, `maxmemory "1gb"` + "\n"},
+		{"words are arguments, keys sorted", map[string]string{"save": "900 1  300 10", "appendonly": "yes"},
+			`appendonly "yes"` + "\n" + `save "900" "1" "300" "10"` + "\n"},
+		{"empty value", map[string]string{"save": ""}, `save ""` + "\n"},
+		{"an injected directive stays an argument", map[string]string{"maxmemory-policy": "noeviction --port 6379"},
+			`maxmemory-policy "noeviction" "--port" "6379"` + "\n"},
+		{"quotes, backslashes and # are literal", map[string]string{"x": `a"b\c #d`},
+			`x "a\"b\\c" "#d"` + "\n"},
+		{"control characters cannot end the line", map[string]string{"x": "a\rb\x00c\x7f"}, `x "a" "b\x00c\x7f"` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := render.ConfigFile(views.NodeSpec{Valkey: tc.valkey})
+			head := "# Rendered by valkey-operator from the node's resolved ValkeyConfig.\ninclude /etc/valkey/auth/replication.conf\n"
+			require.True(t, strings.HasPrefix(got, head), got)
+			assert.Equal(t, tc.want, strings.TrimPrefix(got, head))
 		})
 	}
 }

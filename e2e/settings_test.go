@@ -1,0 +1,43 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestRefusedSettingIsNamedThenFixed: a ValkeyConfig value that smuggles a second directive
+// (`noeviction --port 6380`) passes the CRD, but on the node's config file it is only
+// maxmemory-policy's arguments, so Valkey refuses it instead of opening a port. The operator
+// names the setting in a ConfigRejected Warning Event and the cluster stays Creating; once
+// the ValkeyConfig is fixed, the refused nodes are replaced and the cluster forms with the
+// fixed value on every server.
+func TestRefusedSettingIsNamedThenFixed(t *testing.T) {
+	n := newNamespace(t, "e2e-refused")
+	const cluster = "refused"
+	applyMenu(n)
+	cfg := n.ownConfig("valkey-8.0", `"noeviction --port 6380"`)
+	n.applyCluster(cluster, cfg, 1, 1)
+
+	var message string
+	n.eventually(2*time.Minute, time.Second, "a ConfigRejected Warning Event", func() (bool, string, error) {
+		message = n.kubectl("get", "events", "--field-selector", "reason=ConfigRejected,type=Warning", "-o", "jsonpath={.items[*].message}")
+		return strings.TrimSpace(message) != "", message, nil
+	})
+	assert.Contains(t, message, `Valkey refused setting "maxmemory-policy"`)
+	assert.Contains(t, message, "wrong number of arguments")
+	state, _, err := n.state(cluster)
+	if assert.NoError(t, err) {
+		assert.Equal(t, "Creating", state)
+	}
+
+	n.kubectl("patch", "valkeyconfig", cfg, "--type=merge", "-p", `{"spec":{"valkey":{"maxmemory-policy":"noeviction"}}}`)
+	n.waitState(cluster, "Active", 3*time.Minute)
+	policies := n.eachServer(cluster, "CONFIG", "GET", "maxmemory-policy")
+	assert.Len(t, policies, 2)
+	for ip, got := range policies {
+		assert.Equal(t, "maxmemory-policy noeviction", got, "server %s", ip)
+	}
+}

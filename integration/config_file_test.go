@@ -1,0 +1,103 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/testcontainers/testcontainers-go"
+	tcexec "github.com/testcontainers/testcontainers-go/exec"
+	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+// TestConfigFileOnRealValkey proves, on Valkey 8.0 and 9.1, the two things the operator's
+// config file (render.ConfigFile) relies on: a quoted multi-word value is read as that
+// directive's arguments (save's schedule), and a value carrying a second directive is refused
+// as a whole instead of opening a port; and that ParseConfigRejection reads what Valkey prints
+// when it refuses a setting.
+func TestConfigFileOnRealValkey(t *testing.T) {
+	requireDocker(t)
+	for _, image := range []string{harness.Image(), harness.Image9()} {
+		t.Run(image, func(t *testing.T) {
+			t.Parallel()
+			t.Run("multi-word values are one directive's arguments", func(t *testing.T) {
+				t.Parallel()
+				c := startWithConfig(t, image, map[string]string{"save": "900 1 300 10", "maxmemory-policy": "allkeys-lru"}, wait.ForLog("Ready to accept connections"))
+				assert.Equal(t, "save\n900 1 300 10\n", exec(t, c, "CONFIG", "GET", "save"))
+				assert.Equal(t, "maxmemory-policy\nallkeys-lru\n", exec(t, c, "CONFIG", "GET", "maxmemory-policy"))
+			})
+			for _, tc := range []struct {
+				name, value, reason string
+			}{
+				{"an injected directive is refused, not run", "noeviction --port 6380 --enable-debug-command yes", "wrong number of arguments"},
+				{"an unknown value is refused", "bogus", "argument(s) must be one of the following"},
+			} {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					c := startWithConfig(t, image, map[string]string{"maxmemory-policy": tc.value}, wait.ForExit())
+					state, err := c.State(context.Background())
+					require.NoError(t, err)
+					assert.NotZero(t, state.ExitCode, "valkey-server refused its configuration")
+					rej, ok := valkeyops.ParseConfigRejection(logs(t, c))
+					require.True(t, ok, "the refusal is recognised")
+					assert.Equal(t, "maxmemory-policy", rej.Directive)
+					assert.Contains(t, rej.Reason, tc.reason)
+				})
+			}
+		})
+	}
+}
+
+// startWithConfig runs valkey-server on the config file render.ConfigFile makes of settings
+// (its include pointing at an empty replication fragment).
+func startWithConfig(t *testing.T, image string, settings map[string]string, until wait.Strategy) testcontainers.Container {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
+		ContainerRequest: testcontainers.ContainerRequest{
+			Image: image,
+			Cmd:   []string{"valkey-server", render.ConfFile, "--port", "6379"},
+			Files: []testcontainers.ContainerFile{
+				{Reader: strings.NewReader(render.ConfigFile(views.NodeSpec{Valkey: settings})), ContainerFilePath: render.ConfFile, FileMode: 0o444},
+				{Reader: strings.NewReader("\n"), ContainerFilePath: render.ReplicationConfFile, FileMode: 0o444},
+			},
+			WaitingFor: until,
+		},
+		Started: true,
+	})
+	if c != nil {
+		t.Cleanup(func() { _ = c.Terminate(context.Background()) })
+	}
+	require.NoError(t, err)
+	return c
+}
+
+func exec(t *testing.T, c testcontainers.Container, args ...string) string {
+	t.Helper()
+	code, out, err := c.Exec(context.Background(), append([]string{"valkey-cli"}, args...), tcexec.Multiplexed())
+	require.NoError(t, err)
+	b, err := io.ReadAll(out)
+	require.NoError(t, err)
+	require.Zero(t, code, string(b))
+	return string(b)
+}
+
+func logs(t *testing.T, c testcontainers.Container) string {
+	t.Helper()
+	r, err := c.Logs(context.Background())
+	require.NoError(t, err)
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	require.NoError(t, err)
+	return string(b)
+}
