@@ -21,7 +21,8 @@ import (
 )
 
 // Live ACL and auth Secret rotation on a running 2x1 cluster, driven by kubectl while a
-// cluster-mode writer goes on as the default user. The writer takes its password from a
+// cluster-mode writer goes on as the default user (kept on beside the ACL user with
+// spec.defaultUser: Enabled). The writer takes its password from a
 // holder the test updates the moment the auth Secret shows a new one, as an application
 // re-reading the Secret would: connections it already has stay authenticated, new ones log
 // in with what the holder says.
@@ -58,7 +59,7 @@ func TestLiveACLAndAuthRotation(t *testing.T) {
 			hashes = append(hashes, `"`+sha256Hex(pw)+`"`)
 		}
 		n.kubectl("patch", "valkeycluster", cluster, "--type=merge", "-p", fmt.Sprintf(
-			`{"spec":{"acl":[{"username":"app","passwordHashes":[%s],"permissions":[{"roleRef":%q,"keys":[{"pattern":"app:*","access":"readwrite"}]}]}]}}`,
+			`{"spec":{"defaultUser":"Enabled","acl":[{"username":"app","passwordHashes":[%s],"permissions":[{"roleRef":%q,"keys":[{"pattern":"app:*","access":"readwrite"}]}]}]}}`,
 			strings.Join(hashes, ","), role))
 		return time.Now()
 	}

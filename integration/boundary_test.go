@@ -23,7 +23,7 @@ import (
 func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
 	requireDocker(t)
 	const shards, perShard = 2, 2
-	spec, missing := render.ACLSpec(nil, func(string) (views.Role, bool) { return views.Role{}, false }, "default-pw", "operator-pw")
+	spec, missing := render.ACLSpec(nil, true, func(string) (views.Role, bool) { return views.Role{}, false }, "default-pw", "operator-pw")
 	require.Empty(t, missing)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
+	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
@@ -67,14 +70,25 @@ func TestScaleOutAndIn(t *testing.T) {
 			require.NoError(t, err)
 			require.Empty(t, snap.ByName(leaving[0]).Slots)
 			// As the operator does: remove each node, then stop its server (it deletes the pod).
+			// A node that does not answer within observe's bound is tried again, as the
+			// operator's next pass would.
+			remove := func(name string) {
+				t.Helper()
+				require.NoError(t, poll.Until(ctx, 500*time.Millisecond, 30*time.Second, "remove "+name, func(ctx context.Context) (bool, string, error) {
+					err := f.admin.RemoveNode(ctx, all, name)
+					if errors.Is(err, valkeyops.ErrUnreachable) {
+						return false, err.Error(), nil
+					}
+					return err == nil, "", err
+				}))
+				require.NoError(t, f.env.Kill(ctx, name))
+			}
 			for _, n := range added {
 				if n.Name != leaving[0] {
-					require.NoError(t, f.admin.RemoveNode(ctx, all, n.Name))
-					require.NoError(t, f.env.Kill(ctx, n.Name))
+					remove(n.Name)
 				}
 			}
-			require.NoError(t, f.admin.RemoveNode(ctx, all, leaving[0]))
-			require.NoError(t, f.env.Kill(ctx, leaving[0]))
+			remove(leaving[0])
 			waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
 
 			verify(t, c, "k:", seq(scaleKeys))

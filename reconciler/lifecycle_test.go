@@ -92,8 +92,9 @@ func TestCreatingToActive(t *testing.T) {
 	assert.Equal(t, "masteruser operator\nmasterauth "+string(sec.Data["operator-password"])+"\n", string(sec.Data["replication.conf"]))
 	cm := &corev1.ConfigMap{}
 	getObj(t, cm, ns, "c1-acl")
-	// The exact file: both users, each password only as its hash.
-	assert.Equal(t, "user default on #"+hashHex(string(sec.Data["password"]))+" ~* resetchannels &* +@all\n"+
+	// The exact file: both users, each password only as its hash; the applications' default
+	// user administers nothing.
+	assert.Equal(t, "user default on #"+hashHex(string(sec.Data["password"]))+" ~* resetchannels &* +@all -@admin -@dangerous +info\n"+
 		"user operator on #"+hashHex(string(sec.Data["operator-password"]))+" ~* resetchannels &* +@all\n", cm.Data["users.acl"])
 	for _, o := range []client.Object{svc, sec, cm} {
 		assert.True(t, metav1.IsControlledBy(o, cluster.U), "%s owned by the cluster", o.GetName())

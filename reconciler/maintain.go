@@ -102,7 +102,7 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 		}
 		return views.Role{U: u}, ok
 	}
-	spec, missing := render.ACLSpec(p.cluster.ACL(), role, p.defaultPassword, p.operatorPassword)
+	spec, missing := render.ACLSpec(p.cluster.ACL(), p.cluster.DefaultUserOn(), role, p.defaultPassword, p.operatorPassword)
 	// Both sides of an operator password rotation: a node started now must accept the
 	// password the operator logs in with and the one it is rotating to.
 	spec.OperatorExtraHashes = rotationHashes(p.operatorPassword, p.operatorPasswordWanted)

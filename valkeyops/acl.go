@@ -50,7 +50,9 @@ type ACLSpec struct {
 	// everywhere before anyone logs in with it, and the old one must stay accepted while a
 	// connection or a replica's masterauth may still use it.
 	OperatorExtraHashes []string
-	Users               []ACLUser
+	// DefaultUserOff turns the default user off: no one can log in with DefaultPassword.
+	DefaultUserOff bool
+	Users          []ACLUser
 }
 
 // HashPassword is the hex SHA-256 Valkey stores for a password ("#<hash>" in ACL rules).
@@ -144,6 +146,7 @@ func validPattern(p string) bool {
 // the ACL file holds.
 type aclUserRules struct {
 	name      string
+	off       bool
 	hashes    []string
 	root      aclPermRules
 	selectors []aclPermRules
@@ -170,6 +173,9 @@ func (p aclPermRules) tokens(selector bool) []string {
 // tokens is the full rule list for ACL SETUSER (after "reset") and for the file line.
 func (u aclUserRules) tokens() []string {
 	out := []string{"on"}
+	if u.off {
+		out = []string{"off"}
+	}
 	for _, h := range u.hashes {
 		out = append(out, "#"+h)
 	}
@@ -182,6 +188,17 @@ func (u aclUserRules) tokens() []string {
 
 func allAccess() aclPermRules {
 	return aclPermRules{commands: []string{"+@all"}, keys: []string{"~*"}, channels: []string{"&*"}}
+}
+
+// appAccess is what the default user, the applications' shared login, may do: every key,
+// channel and data command, but nothing administrative or dangerous (no ACL, CONFIG,
+// CLUSTER changes, SHUTDOWN, DEBUG, REPLICAOF, FLUSHALL, KEYS, MIGRATE, ...), so its
+// password cannot lock the operator out, read the replication password or reshape the
+// cluster. INFO, which -@dangerous also takes, is given back: it is read-only statistics
+// that clients and health checks ask for. Cluster clients' topology reads (CLUSTER SHARDS,
+// SLOTS, NODES) are neither admin nor dangerous. A role grants more to users of spec.acl.
+func appAccess() aclPermRules {
+	return aclPermRules{commands: []string{"+@all", "-@admin", "-@dangerous", "+info"}, keys: []string{"~*"}, channels: []string{"&*"}}
 }
 
 func permRules(p ACLPermission) aclPermRules {
@@ -216,12 +233,13 @@ func sign(allow bool) string {
 }
 
 // users returns every user of the spec in file order: default, operator, then spec users.
-// The default user keeps full access for applications; the operator's user gets +@all because
-// it needs every command it issues, including those MIGRATE, replication and atomic slot
-// migration run on its behalf (a missing one stalls rebalances or loses keys in a roll).
+// The default user gets the applications' access (appAccess), or is off; the operator's user
+// gets +@all because it needs every command it issues, including those MIGRATE, replication
+// and atomic slot migration run on its behalf (a missing one stalls rebalances or loses keys
+// in a roll).
 func (spec ACLSpec) users() []aclUserRules {
 	out := []aclUserRules{
-		{name: "default", hashes: []string{HashPassword(spec.DefaultPassword)}, root: allAccess()},
+		{name: "default", off: spec.DefaultUserOff, hashes: []string{HashPassword(spec.DefaultPassword)}, root: appAccess()},
 		{name: OperatorUser, hashes: spec.operatorHashes(), root: allAccess()},
 	}
 	for _, u := range spec.Users {

@@ -46,7 +46,7 @@ func TestRenderACL(t *testing.T) {
 			require.NoError(t, ValidateACL(spec))
 			got := strings.Split(strings.TrimSuffix(RenderACL(spec), "\n"), "\n")
 			require.GreaterOrEqual(t, len(got), 2)
-			assert.Equal(t, "user default on #"+HashPassword("d")+" ~* resetchannels &* +@all", got[0])
+			assert.Equal(t, "user default on #"+HashPassword("d")+" ~* resetchannels &* +@all -@admin -@dangerous +info", got[0], "the applications' login administers nothing")
 			assert.Equal(t, "user operator on #"+HashPassword("o")+" ~* resetchannels &* +@all", got[1])
 			assert.Equal(t, tt.want, nilIfEmpty(got[2:]))
 			assert.NotContains(t, RenderACL(spec), " d ", "plaintext passwords never rendered")

@@ -35,7 +35,7 @@ type UserACL struct {
 // the rules in the order given, so the text is the rules joined by spaces (proven against
 // real servers by the integration suite).
 func (u aclUserRules) expected() UserACL {
-	out := UserACL{On: true, Hashes: slices.Sorted(slices.Values(u.hashes))}
+	out := UserACL{On: !u.off, Hashes: slices.Sorted(slices.Values(u.hashes))}
 	for _, p := range append([]aclPermRules{u.root}, u.selectors...) {
 		out.Selectors = append(out.Selectors, ACLSelector{
 			Commands: strings.Join(p.commands, " "),
@@ -57,8 +57,8 @@ func (spec ACLSpec) Expected() map[string]UserACL {
 
 // compareUser says how got differs from want, never naming a hash.
 func compareUser(want, got UserACL) error {
-	if !got.On {
-		return errors.New(`state is "off", want "on"`)
+	if got.On != want.On {
+		return fmt.Errorf("state is %q, want %q", onOff(got.On), onOff(want.On))
 	}
 	if !slices.Equal(slices.Sorted(slices.Values(got.Hashes)), want.Hashes) {
 		return errors.New("password hashes differ")
@@ -77,6 +77,13 @@ func compareUser(want, got UserACL) error {
 		}
 	}
 	return nil
+}
+
+func onOff(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // ACLDrift lists how the users a node holds differ from spec, one line per user in name

@@ -72,6 +72,12 @@ func TestACLDrift(t *testing.T) {
 			m[OperatorUser] = o
 		}), []string{"user default: password hashes differ", "user operator: password hashes differ"}},
 	}
+	t.Run("default user switched off by the spec", func(t *testing.T) {
+		off := spec
+		off.DefaultUserOff = true
+		assert.Equal(t, []string{`user default: state is "on", want "off"`}, ACLDrift(off, converged))
+		assert.Nil(t, ACLDrift(off, off.Expected()))
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := ACLDrift(spec, tt.held)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
@@ -46,7 +47,12 @@ func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) 
 		addrs = append(addrs, net.JoinHostPort(ip, "6379"))
 		anyPod, anyAddr = pod, net.JoinHostPort(ip, "6379")
 	}
-	if shape, err = b.podShape(ctx, ns, anyPod, anyAddr, password); err != nil {
+	// CONFIG GET is the operator's: the default user administers nothing.
+	operatorPassword, err := b.secret(ctx, ns, render.AuthSecretName(name), render.AuthOperatorPasswordKey)
+	if err != nil {
+		return 0, shape, err
+	}
+	if shape, err = b.podShape(ctx, ns, anyPod, anyAddr, operatorPassword); err != nil {
 		return 0, shape, err
 	}
 	logf("scaleout: pods run with cpus=%g memory=%d and %v", float64(shape.nanoCPUs)/1e9, shape.memory, shape.settings)
@@ -159,7 +165,7 @@ func firstLine(s string) string {
 
 // podShape reads a pod container's CPU and memory limits (docker inspect) and its server's
 // mirrored settings (CONFIG GET).
-func (b *bench) podShape(ctx context.Context, ns, pod, addr, password string) (serverShape, error) {
+func (b *bench) podShape(ctx context.Context, ns, pod, addr, operatorPassword string) (serverShape, error) {
 	var s serverShape
 	ids, err := b.containers(ctx, ns, pod)
 	if err != nil {
@@ -176,7 +182,7 @@ func (b *bench) podShape(ctx context.Context, ns, pod, addr, password string) (s
 		return s, fmt.Errorf("docker inspect %s: %q: %w", ids[0], out, err)
 	}
 	for _, p := range mirroredSettings {
-		v, err := configGet(ctx, addr, password, p)
+		v, err := configGet(ctx, addr, operatorPassword, p)
 		if err != nil {
 			return s, err
 		}
@@ -281,7 +287,8 @@ func scaleoutCLI(ctx context.Context, shape serverShape) (float64, error) {
 
 	t0 := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, *scaleTimeout)
-	out, err := exec.CommandContext(rctx, "valkey-cli", "--no-auth-warning", "-a", cliDefaultPassword,
+	// As the operator's user, as the operator itself moves slots: the default user may not.
+	out, err := exec.CommandContext(rctx, "valkey-cli", "--no-auth-warning", "--user", valkeyops.OperatorUser, "--pass", cliOperatorPassword,
 		"--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-masters").CombinedOutput()
 	cancel()
 	if err != nil {

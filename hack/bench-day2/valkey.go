@@ -58,9 +58,10 @@ func dbsize(ctx context.Context, addr, password string) (int64, error) {
 	return c.Do(ctx, c.B().Dbsize().Build()).AsInt64()
 }
 
-// configGet reads one parameter of one server.
-func configGet(ctx context.Context, addr, password, name string) (string, error) {
-	c, err := nodeClient(addr, password)
+// configGet reads one parameter of one server, as the operator's user.
+func configGet(ctx context.Context, addr, operatorPassword, name string) (string, error) {
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: valkeyops.OperatorUser, Password: operatorPassword,
+		ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: 5 * time.Second}})
 	if err != nil {
 		return "", err
 	}

@@ -8,8 +8,8 @@ import (
 // ACLSpec assembles the ACL input from the cluster's users and the ValkeyRoles they name.
 // A permission entry whose role does not exist is left out (fewer rights, never more) and
 // its role name is returned in missing so the caller can warn.
-func ACLSpec(users []views.ACLUser, role func(name string) (views.Role, bool), defaultPassword, operatorPassword string) (spec valkeyops.ACLSpec, missing []string) {
-	spec = valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword}
+func ACLSpec(users []views.ACLUser, defaultUserOn bool, role func(name string) (views.Role, bool), defaultPassword, operatorPassword string) (spec valkeyops.ACLSpec, missing []string) {
+	spec = valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword, DefaultUserOff: !defaultUserOn}
 	for _, u := range users {
 		out := valkeyops.ACLUser{Name: u.Username, PasswordHashes: append([]string(nil), u.PasswordHashes...)}
 		for _, p := range u.Permissions {

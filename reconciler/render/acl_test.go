@@ -38,10 +38,19 @@ func TestACLSpec(t *testing.T) {
 	tests := []struct {
 		name        string
 		users       []views.ACLUser
+		defaultOn   bool     // spec.defaultUser as the view resolves it
 		wantUsers   []string // the lines after default and operator
 		wantMissing []string
 	}{
-		{name: "no users"},
+		{name: "no users", defaultOn: true},
+		{
+			name:      "users with the default user kept (spec.defaultUser: Enabled)",
+			defaultOn: true,
+			users: []views.ACLUser{{Username: "app", PasswordHashes: []string{appHash}, Permissions: []views.ACLPermission{
+				{RoleRef: "writer", Keys: []views.KeyPermission{{Pattern: "w:*", Access: "readwrite"}}},
+			}}},
+			wantUsers: []string{"user app on #" + appHash + " ~w:* resetchannels -@all +@write"},
+		},
 		{
 			name: "root rules and a selector",
 			users: []views.ACLUser{{Username: "app", PasswordHashes: []string{appHash}, Permissions: []views.ACLPermission{
@@ -62,10 +71,12 @@ func TestACLSpec(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			spec, missing := render.ACLSpec(tt.users, lookup, "d-pw", "o-pw")
+			spec, missing := render.ACLSpec(tt.users, tt.defaultOn, lookup, "d-pw", "o-pw")
 			assert.Equal(t, tt.wantMissing, missing)
 			require.NoError(t, valkeyops.ValidateACL(spec))
-			want := "user default on #" + valkeyops.HashPassword("d-pw") + " ~* resetchannels &* +@all\n" +
+			state := map[bool]string{true: "on", false: "off"}[tt.defaultOn]
+			// The applications' shared login never administers anything, and is off unless kept.
+			want := "user default " + state + " #" + valkeyops.HashPassword("d-pw") + " ~* resetchannels &* +@all -@admin -@dangerous +info\n" +
 				"user operator on #" + valkeyops.HashPassword("o-pw") + " ~* resetchannels &* +@all\n"
 			for _, l := range tt.wantUsers {
 				want += l + "\n"

@@ -25,6 +25,7 @@ type clusterSpec struct {
 	ACL              []ACLUser         `json:"acl,omitempty"`
 	Placement        Placement         `json:"placement,omitzero"`
 	PodAnnotations   map[string]string `json:"podAnnotations,omitempty"`
+	DefaultUser      string            `json:"defaultUser,omitempty"`
 }
 
 func (c Cluster) spec() clusterSpec               { return decode[clusterSpec](c.U, specKey) }
@@ -33,6 +34,26 @@ func (c Cluster) editSpec(set func(*clusterSpec)) { update(c.U, specKey, set) }
 func (c Cluster) Name() string      { return c.U.GetName() }
 func (c Cluster) Namespace() string { return c.U.GetNamespace() }
 func (c Cluster) ConfigRef() string { return c.spec().ConfigRef }
+
+// spec.defaultUser values.
+const (
+	DefaultUserAuto     = "Auto"
+	DefaultUserEnabled  = "Enabled"
+	DefaultUserDisabled = "Disabled"
+)
+
+// DefaultUserOn reports whether the default user may log in: spec.defaultUser Enabled, or
+// Auto (the schema default, also when absent) and spec.acl defines no users.
+func (c Cluster) DefaultUserOn() bool {
+	s := c.spec()
+	switch s.DefaultUser {
+	case DefaultUserEnabled:
+		return true
+	case DefaultUserDisabled:
+		return false
+	}
+	return len(s.ACL) == 0
+}
 
 // Shards is the live spec.shards value.
 func (c Cluster) Shards() int { return c.spec().Shards }
