@@ -99,6 +99,43 @@ func (n *ns) requireForgotten(cluster, id string) {
 	}
 }
 
+// waitStatusMatchesServers waits until every ValkeyNode's status.nodeID and status.role are
+// what the servers themselves say: each node's pod address, looked up in CLUSTER NODES as
+// every server reports it, has that ID and that role.
+func (n *ns) waitStatusMatchesServers(cluster string) {
+	n.t.Helper()
+	password := n.secretValue(cluster+"-auth", "password")
+	n.eventually(time.Minute, time.Second, "ValkeyNode status matches CLUSTER NODES", func() (bool, string, error) {
+		nodes, err := n.nodeStatuses(cluster)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		pods := n.podsByName(cluster)
+		for _, ip := range n.podIPs(cluster) {
+			c := newNodeClient(n.t, ip+":6379", password)
+			ctx, cancel := ctxTimeout(10 * time.Second)
+			text, err := c.Do(ctx, c.B().ClusterNodes().Build()).ToString()
+			cancel()
+			if err != nil {
+				return false, fmt.Sprintf("CLUSTER NODES on %s: %v", ip, err), nil
+			}
+			byAddr := map[string]clusterNode{}
+			for _, cn := range parseClusterNodes(text) {
+				byAddr[cn.Addr] = cn
+			}
+			for _, s := range nodes {
+				addr := pods[s.Name].Status.PodIP + ":6379"
+				cn, ok := byAddr[addr]
+				role := map[bool]string{true: "primary", false: "replica"}[cn.Primary]
+				if !ok || cn.ID != s.NodeID || role != s.Role {
+					return false, fmt.Sprintf("%s: status id=%s role=%s, server %s says %s id=%s role=%s", s.Name, s.NodeID, s.Role, ip, addr, cn.ID, role), nil
+				}
+			}
+		}
+		return true, "", nil
+	})
+}
+
 // waitRetired waits until the ValkeyNode name is gone: replaced and retired.
 func (n *ns) waitRetired(cluster, name string) {
 	n.t.Helper()
@@ -351,6 +388,7 @@ func primaryLost(t *testing.T, cluster, how string, lose func(n *ns, pod string)
 		return w.Acked() >= 200, fmt.Sprintf("%d acknowledged", w.Acked()), nil
 	})
 	watch := n.watchState(cluster)
+	n.waitStatusMatchesServers(cluster)
 
 	victim := n.nodeWithRole(cluster, "primary")
 	id := n.nodeID(cluster, victim)
@@ -361,6 +399,8 @@ func primaryLost(t *testing.T, cluster, how string, lose func(n *ns, pod string)
 	n.waitConverged(cluster, 6, 3*time.Minute)
 	t.Logf("e2e: %s primary healed in %.1fs", how, time.Since(start).Seconds())
 	n.requireForgotten(cluster, id)
+	// After Valkey's own failover the recorded roles follow the servers.
+	n.waitStatusMatchesServers(cluster)
 
 	res := w.Stop()
 	ctx, cancel := ctxTimeout(2 * time.Minute)

@@ -13,7 +13,7 @@ import (
 // maxmemory-policy's arguments, so Valkey refuses it instead of opening a port. The operator
 // names the setting in a ConfigRejected Warning Event and the cluster stays Creating; once
 // the ValkeyConfig is fixed, the refused nodes are replaced and the cluster forms with the
-// fixed value on every server.
+// fixed value on every server. Once Active, a refused edit stalls its roll and a fix finishes it.
 func TestRefusedSettingIsNamedThenFixed(t *testing.T) {
 	n := newNamespace(t, "e2e-refused")
 	const cluster = "refused"
@@ -40,4 +40,30 @@ func TestRefusedSettingIsNamedThenFixed(t *testing.T) {
 	for ip, got := range policies {
 		assert.Equal(t, "maxmemory-policy noeviction", got, "server %s", ip)
 	}
+
+	// Active: an edit Valkey refuses stalls the roll on its first replacement (named in a
+	// ConfigRejected and a TopologyStalled Warning) instead of replacing it over and over,
+	// while the old nodes serve; fixing the ValkeyConfig lets the roll finish.
+	old := n.nodeNames(cluster)
+	watch := n.watchState(cluster)
+	createdBefore := n.countEvents("NodeCreated")
+	n.kubectl("patch", "valkeyconfig", cfg, "--type=merge", "-p", `{"spec":{"valkey":{"maxmemory-policy":"bogus"}}}`)
+	n.eventually(2*time.Minute, time.Second, "a ConfigRejected Warning naming the edited value", func() (bool, string, error) {
+		message = n.kubectl("get", "events", "--field-selector", "reason=ConfigRejected,type=Warning", "-o", "jsonpath={.items[*].message}")
+		return strings.Contains(message, `"bogus"`), message, nil
+	})
+	n.waitStalled()
+	assert.Equal(t, 1, n.countEvents("NodeCreated")-createdBefore, "one replacement, not one after another")
+	n.kubectl("patch", "valkeyconfig", cfg, "--type=merge", "-p", `{"spec":{"valkey":{"maxmemory-policy":"allkeys-lru"}}}`)
+	n.waitRolled(cluster, old, 2, 3*time.Minute)
+	for ip, got := range n.eachServer(cluster, "CONFIG", "GET", "maxmemory-policy") {
+		assert.Equal(t, "maxmemory-policy allkeys-lru", got, "server %s", ip)
+	}
+	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout")
+}
+
+// countEvents counts the namespace's Events of reason.
+func (n *ns) countEvents(reason string) int {
+	n.t.Helper()
+	return len(strings.Fields(n.kubectl("get", "events", "--field-selector", "reason="+reason, "-o", "name")))
 }

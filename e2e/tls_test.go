@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,5 +100,61 @@ spec:
 			c.Close()
 		}
 		assert.Error(t, err, "a plaintext client must not get in")
+	})
+
+	// Last, as it switches the default user off: a spec.acl user (the secure example's, with
+	// the example ValkeyRole) logs in over TLS through a cluster client, and on every node
+	// gets exactly its role on its key and channel patterns.
+	t.Run("a spec.acl user gets exactly its role on every node", func(t *testing.T) {
+		pool := x509.NewCertPool()
+		require.True(t, pool.AppendCertsFromPEM(certs.CA))
+		tlsConfig := &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12}
+		n.kubectl("apply", "-f", example("valkeyrole.yaml"))
+		const appPassword = "e2e-app-password"
+		n.kubectl("patch", "valkeycluster", cluster, "--type=merge", "-p", fmt.Sprintf(
+			`{"spec":{"acl":[{"username":"app","passwordHashes":[%q],"permissions":[{"roleRef":"app-readwrite","keys":[{"pattern":"app:*"}],"channels":["app-events"]}]}]}}`,
+			sha256Hex(appPassword)))
+		as := func(addrs []string, user, password string) (valkey.Client, error) {
+			return valkey.NewClient(valkey.ClientOption{InitAddress: addrs, Username: user, Password: password, TLSConfig: tlsConfig,
+				ForceSingleClient: len(addrs) == 1, DisableCache: true, DisableRetry: true, Dialer: dialer()})
+		}
+		n.eventually(time.Minute, 200*time.Millisecond, "app writes app:* through a cluster client", func() (bool, string, error) {
+			c, err := as(addrsOf(ips), "app", appPassword)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			defer c.Close()
+			ctx, cancel := ctxTimeout(10 * time.Second)
+			defer cancel()
+			err = c.Do(ctx, c.B().Set().Key("app:1").Value("v").Build()).Error()
+			return err == nil, fmt.Sprint(err), nil
+		})
+		noPerm := func(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOPERM") }
+		for _, addr := range addrsOf(ips) {
+			c, err := as([]string{addr}, "app", appPassword)
+			require.NoError(t, err, "app logs in on %s", addr)
+			ctx, cancel := ctxTimeout(10 * time.Second)
+			do := func(args ...string) error { return c.Do(ctx, c.B().Arbitrary(args...).Build()).Error() }
+			assert.False(t, noPerm(do("GET", "app:1")), "%s: app:* is app's", addr)
+			assert.True(t, noPerm(do("GET", "other:1")), "%s: keys outside app:* are refused", addr)
+			assert.True(t, noPerm(do("FLUSHALL")), "%s: the role denies FLUSHALL", addr)
+			assert.True(t, noPerm(do("CONFIG", "GET", "maxmemory")), "%s: no administration", addr)
+			assert.NoError(t, do("PUBLISH", "app-events", "hello"), "%s: app-events is app's", addr)
+			assert.True(t, noPerm(do("PUBLISH", "other-events", "hello")), "%s: other channels are refused", addr)
+			cancel()
+			c.Close()
+
+			// With a spec.acl user and spec.defaultUser left at Auto, the default user is off.
+			d, err := as([]string{addr}, "default", password)
+			if err == nil {
+				ctx, cancel := ctxTimeout(10 * time.Second)
+				err = d.Do(ctx, d.B().Ping().Build()).Error()
+				cancel()
+				d.Close()
+			}
+			if assert.Error(t, err, "%s: the default user is off", addr) {
+				assert.Contains(t, err.Error(), "WRONGPASS", addr)
+			}
+		}
 	})
 }

@@ -15,69 +15,74 @@ import (
 )
 
 // A user can do exactly what its role allows, and a live ACL change (no restart) takes effect
-// on every node.
+// on every node (Valkey 8.0 and 9.1).
 func TestACLLiveChange(t *testing.T) {
 	t.Parallel()
-	const appPassword = "app-secret"
-	readOnly := valkeyops.ACLUser{
-		Name:           "app",
-		PasswordHashes: []string{valkeyops.HashPassword(appPassword)},
-		Permissions: []valkeyops.ACLPermission{{
-			Categories: []valkeyops.ACLRule{{Name: "read", Allow: true}, {Name: "connection", Allow: true}},
-			Commands:   []valkeyops.ACLRule{{Name: "cluster|slots", Allow: true}, {Name: "cluster|shards", Allow: true}, {Name: "cluster|nodes", Allow: true}},
-			Keys:       []valkeyops.KeyPattern{{Pattern: "app:*", Access: "read"}},
-		}},
-	}
-	f := newFixture(t, harness.Config{Image: harness.Image(), ACL: aclSpec(readOnly)}, 3, 1, valkeyops.Options{})
-	ctx := ctxT(t, 2*time.Minute)
-	require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
-	waitHealthy(t, f, f.nodes, 3, 0, 30*time.Second)
-	admin := dataClient(t, f.nodes)
-	require.NoError(t, admin.Do(ctx, admin.B().Set().Key("app:1").Value("one").Build()).Error())
-	require.NoError(t, admin.Do(ctx, admin.B().Set().Key("other:1").Value("x").Build()).Error())
+	for _, image := range []string{harness.Image(), harness.Image9()} {
+		t.Run(image, func(t *testing.T) {
+			t.Parallel()
+			const appPassword = "app-secret"
+			readOnly := valkeyops.ACLUser{
+				Name:           "app",
+				PasswordHashes: []string{valkeyops.HashPassword(appPassword)},
+				Permissions: []valkeyops.ACLPermission{{
+					Categories: []valkeyops.ACLRule{{Name: "read", Allow: true}, {Name: "connection", Allow: true}},
+					Commands:   []valkeyops.ACLRule{{Name: "cluster|slots", Allow: true}, {Name: "cluster|shards", Allow: true}, {Name: "cluster|nodes", Allow: true}},
+					Keys:       []valkeyops.KeyPattern{{Pattern: "app:*", Access: "read"}},
+				}},
+			}
+			f := newFixture(t, harness.Config{Image: image, ACL: aclSpec(readOnly)}, 3, 1, valkeyops.Options{})
+			ctx := ctxT(t, 2*time.Minute)
+			require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
+			waitHealthy(t, f, f.nodes, 3, 0, 30*time.Second)
+			admin := dataClient(t, f.nodes)
+			require.NoError(t, admin.Do(ctx, admin.B().Set().Key("app:1").Value("one").Build()).Error())
+			require.NoError(t, admin.Do(ctx, admin.B().Set().Key("other:1").Value("x").Build()).Error())
 
-	app := dataClient(t, f.nodes, func(o *valkey.ClientOption) { o.Username = "app"; o.Password = appPassword })
-	get := func(k string) error { return app.Do(ctx, app.B().Get().Key(k).Build()).Error() }
-	set := func(k string) error { return app.Do(ctx, app.B().Set().Key(k).Value("v").Build()).Error() }
-	isNoPerm := func(err error) bool {
-		ve, ok := valkey.IsValkeyErr(err)
-		return ok && strings.HasPrefix(ve.Error(), "NOPERM")
-	}
+			app := dataClient(t, f.nodes, func(o *valkey.ClientOption) { o.Username = "app"; o.Password = appPassword })
+			get := func(k string) error { return app.Do(ctx, app.B().Get().Key(k).Build()).Error() }
+			set := func(k string) error { return app.Do(ctx, app.B().Set().Key(k).Value("v").Build()).Error() }
+			isNoPerm := func(err error) bool {
+				ve, ok := valkey.IsValkeyErr(err)
+				return ok && strings.HasPrefix(ve.Error(), "NOPERM")
+			}
 
-	require.NoError(t, get("app:1"), "read allowed on app:*")
-	assert.True(t, isNoPerm(set("app:2")), "write denied by the read-only role")
-	assert.True(t, isNoPerm(get("other:1")), "keys outside app:* denied")
+			require.NoError(t, get("app:1"), "read allowed on app:*")
+			assert.True(t, isNoPerm(set("app:2")), "write denied by the read-only role")
+			assert.True(t, isNoPerm(get("other:1")), "keys outside app:* denied")
 
-	// Live change: read-write on app:*, plus a selector granting SET on tmp:*.
-	readWrite := readOnly
-	readWrite.Permissions = []valkeyops.ACLPermission{
-		{
-			Categories: []valkeyops.ACLRule{{Name: "read", Allow: true}, {Name: "write", Allow: true}, {Name: "connection", Allow: true}},
-			Commands:   []valkeyops.ACLRule{{Name: "cluster|slots", Allow: true}, {Name: "cluster|shards", Allow: true}, {Name: "cluster|nodes", Allow: true}, {Name: "del", Allow: false}},
-			Keys:       []valkeyops.KeyPattern{{Pattern: "app:*", Access: "readwrite"}},
-		},
-		{Commands: []valkeyops.ACLRule{{Name: "set", Allow: true}}, Keys: []valkeyops.KeyPattern{{Pattern: "tmp:*", Access: "write"}}},
-	}
-	require.NoError(t, f.admin.ApplyACL(ctx, f.nodes, aclSpec(readWrite)))
-	require.NoError(t, set("app:2"), "write now allowed on app:*")
-	require.NoError(t, get("app:2"))
-	assert.True(t, isNoPerm(app.Do(ctx, app.B().Del().Key("app:2").Build()).Error()), "DEL denied explicitly")
-	require.NoError(t, set("tmp:1"), "selector grants SET on tmp:*")
-	assert.True(t, isNoPerm(get("tmp:1")), "selector grants no read")
-	assert.True(t, isNoPerm(get("other:1")))
+			// Live change: read-write on app:*, plus a selector granting SET on tmp:*.
+			readWrite := readOnly
+			readWrite.Permissions = []valkeyops.ACLPermission{
+				{
+					Categories: []valkeyops.ACLRule{{Name: "read", Allow: true}, {Name: "write", Allow: true}, {Name: "connection", Allow: true}},
+					Commands:   []valkeyops.ACLRule{{Name: "cluster|slots", Allow: true}, {Name: "cluster|shards", Allow: true}, {Name: "cluster|nodes", Allow: true}, {Name: "del", Allow: false}},
+					Keys:       []valkeyops.KeyPattern{{Pattern: "app:*", Access: "readwrite"}},
+				},
+				{Commands: []valkeyops.ACLRule{{Name: "set", Allow: true}}, Keys: []valkeyops.KeyPattern{{Pattern: "tmp:*", Access: "write"}}},
+			}
+			require.NoError(t, f.admin.ApplyACL(ctx, f.nodes, aclSpec(readWrite)))
+			require.NoError(t, set("app:2"), "write now allowed on app:*")
+			require.NoError(t, get("app:2"))
+			assert.True(t, isNoPerm(app.Do(ctx, app.B().Del().Key("app:2").Build()).Error()), "DEL denied explicitly")
+			require.NoError(t, set("tmp:1"), "selector grants SET on tmp:*")
+			assert.True(t, isNoPerm(get("tmp:1")), "selector grants no read")
+			assert.True(t, isNoPerm(get("other:1")))
 
-	// Removing the user from the spec deletes it live everywhere.
-	require.NoError(t, f.admin.ApplyACL(ctx, f.nodes, aclSpec()))
-	for _, n := range f.nodes {
-		c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr}, Username: "app", Password: appPassword, ForceSingleClient: true, DisableCache: true})
-		if err == nil {
-			err = c.Do(context.Background(), c.B().Ping().Build()).Error()
-			c.Close()
-		}
-		assert.Error(t, err, "app can no longer authenticate on %s", n.Name)
+			// Removing the user from the spec deletes it live everywhere.
+			require.NoError(t, f.admin.ApplyACL(ctx, f.nodes, aclSpec()))
+			for _, n := range f.nodes {
+				c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr}, Username: "app", Password: appPassword, ForceSingleClient: true, DisableCache: true})
+				if err == nil {
+					err = c.Do(context.Background(), c.B().Ping().Build()).Error()
+					c.Close()
+				}
+				assert.Error(t, err, "app can no longer authenticate on %s", n.Name)
+			}
+			// The operator still works (it was never locked out).
+			_, err := f.admin.Observe(ctx, f.nodes)
+			require.NoError(t, err)
+			waitHealthy(t, f, f.nodes, 3, 0, 10*time.Second)
+		})
 	}
-	// The operator still works (it was never locked out).
-	_, err := f.admin.Observe(ctx, f.nodes)
-	require.NoError(t, err)
-	waitHealthy(t, f, f.nodes, 3, 0, 10*time.Second)
 }

@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -225,13 +226,19 @@ func (r *Reconciler) createNodeConfig(ctx context.Context, n views.Node, owner m
 func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
 	p.members = nil
 	ready := true
+	var unschedulable []string
 	for _, n := range p.nodes {
 		pod := p.pods[n.Name()]
 		if pod == nil {
 			ready = false
 			continue
 		}
-		if st, _ := podState(pod); st != plan.PodReady {
+		if st, why := podState(pod); st != plan.PodReady {
+			if why != "" {
+				// The scheduler's reason (no node matches the selector, zones, resources):
+				// the cluster stays Creating until the pod fits, and says why.
+				unschedulable = append(unschedulable, pod.Name+": "+why)
+			}
 			ready = false
 			continue
 		}
@@ -239,6 +246,12 @@ func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
 			return done(ctrl.Result{}, err)
 		}
 		p.members = append(p.members, valkeyNode(n.Name(), pod.Status.PodIP, n.Shard()))
+	}
+	if len(unschedulable) > 0 {
+		sort.Strings(unschedulable)
+		r.warn(p, ReasonPodsUnschedulable, "SchedulePods", "pods cannot be scheduled, the cluster stays Creating until they fit: "+strings.Join(unschedulable, "; "))
+	} else {
+		r.clearWarning(p, ReasonPodsUnschedulable)
 	}
 	if !ready {
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)

@@ -22,6 +22,7 @@ const (
 	ReasonSecretUnavailable = "AuthSecretUnavailable"
 	ReasonConnectFailed     = "ConnectFailed"
 	ReasonObjectConflict    = "ObjectConflict"
+	ReasonPodsUnschedulable = "PodsUnschedulable"
 )
 
 // event records a Normal Event on the cluster. events.k8s.io folds Events with the same

@@ -151,6 +151,11 @@ func TestNext(t *testing.T) {
 		{"a new node whose server stopped before joining stalls with a warning", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 2, append(formed2x1(), srv{name: "c0", shard: 0, life: plan.Joining, pod: plan.PodGone, recorded: "-"}))
 		}, plan.Action{Kind: plan.Wait, Warning: true}},
+		{"a new node whose server stopped before joining is replaced once its config was edited", func(t *testing.T) plan.Observed {
+			o := observed(t, 2, 2, append(formed2x1(), srv{name: "c0", shard: 0, hash: "h1", life: plan.Joining, pod: plan.PodGone, recorded: "-"}))
+			o.Hash = "h2"
+			return o
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"c0"}}},
 		{"lost replica is forgotten", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
 				s[1].pod, s[1].life = plan.PodLost, plan.Leaving

@@ -146,10 +146,12 @@ func waitFailover(v view) (Action, bool) {
 func dropLost(v view) (Action, bool) {
 	var lost []*Node
 	for _, n := range v.live {
-		if n.Lifecycle == Joining && n.Pod == PodGone && n.RecordedID == "" {
+		if n.Lifecycle == Joining && n.Pod == PodGone && n.RecordedID == "" && (v.Hash == "" || n.Hash == v.Hash) {
 			// It stopped before it ever answered: most likely a setting Valkey refuses at
-			// start-up. Replacing it would only repeat that, so wait for the user.
-			return Action{Kind: Wait, Warning: true, Reason: "the server of new node " + n.Name + " stopped before it joined (a setting Valkey refuses at start-up?); see `kubectl logs " + n.Name + "`, then delete that pod to retry"}, true
+			// start-up (a ConfigRejected Event names it). Replacing it from the same spec would
+			// only repeat that, so wait for the user; once the config is edited, its spec is
+			// stale and it is replaced below like any lost node.
+			return Action{Kind: Wait, Warning: true, Reason: "the server of new node " + n.Name + " stopped before it joined (a setting Valkey refuses at start-up?); fix the ValkeyConfig, or see `kubectl logs " + n.Name + "` and delete that pod to retry"}, true
 		}
 		if n.lost() || v.failedRunning(n) {
 			lost = append(lost, n)

@@ -99,12 +99,7 @@ func TestPod(t *testing.T) {
 			// includes the replication login from the auth Secret, so no password travels in
 			// args or env.
 			assert.Equal(t, "/etc/valkey/conf/valkey.conf", args[0])
-			var conf *corev1.ConfigMapVolumeSource
-			for _, v := range pod.Spec.Volumes {
-				if v.Name == "conf" {
-					conf = v.ConfigMap
-				}
-			}
+			conf := volume(t, pod, "conf").ConfigMap
 			require.NotNil(t, conf)
 			assert.Equal(t, "c1-abcde-config", conf.Name)
 			assert.Contains(t, ctr.VolumeMounts, corev1.VolumeMount{Name: "conf", MountPath: "/etc/valkey/conf", ReadOnly: true})
@@ -112,17 +107,24 @@ func TestPod(t *testing.T) {
 			for _, e := range ctr.Env {
 				assert.Nil(t, e.ValueFrom.SecretKeyRef, "env %s reads a Secret", e.Name)
 			}
-			var auth *corev1.SecretVolumeSource
-			for _, v := range pod.Spec.Volumes {
-				if v.Name == "auth" {
-					auth = v.Secret
-				}
-			}
+			auth := volume(t, pod, "auth").Secret
 			require.NotNil(t, auth)
 			assert.Equal(t, "c1-auth", auth.SecretName)
 			assert.Equal(t, []corev1.KeyToPath{{Key: "replication.conf", Path: "replication.conf"}}, auth.Items, "only the replication fragment is mounted")
 		})
 	}
+}
+
+// volume returns the pod's volume called name.
+func volume(t *testing.T, pod *corev1.Pod, name string) corev1.Volume {
+	t.Helper()
+	for _, v := range pod.Spec.Volumes {
+		if v.Name == name {
+			return v
+		}
+	}
+	t.Fatalf("pod has no volume %q", name)
+	return corev1.Volume{}
 }
 
 // TestConfigFile: every user value reaches valkey-server only as the arguments of its own

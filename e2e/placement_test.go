@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/gomomento/valkey-operator/reconciler/render"
+)
+
+const zoneLabel = "topology.kubernetes.io/zone"
+
+// TestPlacementAfterScheduling checks placement where it matters, on the pods the real
+// scheduler placed across the dev cluster's 6 nodes in 3 zones: `zoneSpread: required` puts
+// each shard's primary and replica in different zones, `zones: [zone-a]` keeps every pod in
+// zone-a, and a nodeSelector no node matches leaves the pods Pending, the cluster Creating and
+// a Warning Event that says why.
+func TestPlacementAfterScheduling(t *testing.T) {
+	n := newNamespace(t, "e2e-place")
+	applyMenu(n)
+	apply := func(name string, shards, replicas int, placement string) {
+		n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: %d\n  replicasPerShard: %d\n  placement:\n%s",
+			name, exampleConfig, shards, replicas, placement), "apply", "-f", "-")
+	}
+	apply("spread", 3, 1, "    zoneSpread: required\n")
+	apply("zoned", 1, 1, "    zones: [zone-a]\n")
+	apply("nowhere", 1, 0, "    nodeSelector:\n      disktype: none-has-it\n")
+
+	zones := n.nodeZones()
+	n.waitState("spread", "Active", 3*time.Minute)
+	perShard := map[string][]string{}
+	for _, p := range n.podsByName("spread") {
+		require.NotEmpty(t, p.Spec.NodeName, "pod %s scheduled", p.Name)
+		perShard[p.Labels[render.LabelShard]] = append(perShard[p.Labels[render.LabelShard]], zones[p.Spec.NodeName])
+	}
+	require.Len(t, perShard, 3)
+	for shard, z := range perShard {
+		if assert.Len(t, z, 2, "shard %s", shard) {
+			assert.NotEqual(t, z[0], z[1], "shard %s: primary and replica share zone %s", shard, z[0])
+		}
+	}
+
+	n.waitState("zoned", "Active", 3*time.Minute)
+	pods := n.podsByName("zoned")
+	assert.Len(t, pods, 2)
+	for _, p := range pods {
+		assert.Equal(t, "zone-a", zones[p.Spec.NodeName], "pod %s on node %s", p.Name, p.Spec.NodeName)
+	}
+
+	var message string
+	n.eventually(time.Minute, time.Second, "a PodsUnschedulable Warning Event", func() (bool, string, error) {
+		message = n.kubectl("get", "events", "--field-selector", "reason=PodsUnschedulable,type=Warning", "-o", "jsonpath={.items[*].message}")
+		return strings.TrimSpace(message) != "", message, nil
+	})
+	assert.Contains(t, message, "the cluster stays Creating until they fit")
+	assert.Contains(t, message, "node affinity/selector", "the scheduler's reason is passed on")
+	for _, p := range n.podsByName("nowhere") {
+		assert.Equal(t, corev1.PodPending, p.Status.Phase, "pod %s", p.Name)
+		assert.Empty(t, p.Spec.NodeName, "pod %s", p.Name)
+	}
+	state, _, err := n.state("nowhere")
+	require.NoError(t, err)
+	assert.Equal(t, "Creating", state)
+}
+
+// nodeZones maps every dev cluster node to its zone label.
+func (n *ns) nodeZones() map[string]string {
+	n.t.Helper()
+	ctx, cancel := ctxTimeout(10 * time.Second)
+	defer cancel()
+	nodes, err := suite.env.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	require.NoError(n.t, err)
+	out := map[string]string{}
+	for _, nd := range nodes.Items {
+		out[nd.Name] = nd.Labels[zoneLabel]
+	}
+	require.NotEmpty(n.t, out)
+	return out
+}
