@@ -32,6 +32,9 @@ type clusterNode struct {
 // parseClusterNodes reads CLUSTER NODES output: "<id> <ip:port@bus[,host]> <flags> <primary>
 // <ping> <pong> <epoch> <link> <slot>...".
 func parseClusterNodes(text string) []clusterNode {
+	// Over RESP3 the reply is a verbatim string, which valkey-go hands over with its format
+	// prefix ("txt:") still in front of the first node's ID.
+	text = strings.TrimPrefix(text, "txt:")
 	var nodes []clusterNode
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
 		f := strings.Fields(line)
