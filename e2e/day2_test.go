@@ -475,10 +475,19 @@ func (n *ns) cordonAll() (uncordon func()) {
 // waitStalled waits for a TopologyStalled Warning Event in the namespace.
 func (n *ns) waitStalled() {
 	n.t.Helper()
-	n.eventually(time.Minute, time.Second, "a TopologyStalled Warning Event", func() (bool, string, error) {
-		out := n.kubectl("get", "events", "--field-selector", "reason=TopologyStalled,type=Warning", "-o", "name")
-		return strings.TrimSpace(out) != "", out, nil
+	n.waitWarning("TopologyStalled", "", time.Minute)
+}
+
+// waitWarning waits until the namespace has a Warning Event of reason whose message contains
+// want ("" for any), and returns the messages of all of them.
+func (n *ns) waitWarning(reason, want string, timeout time.Duration) string {
+	n.t.Helper()
+	var messages string
+	n.eventually(timeout, time.Second, fmt.Sprintf("a %s Warning Event saying %q", reason, want), func() (bool, string, error) {
+		messages = n.kubectl("get", "events", "--field-selector", "reason="+reason+",type=Warning", "-o", "jsonpath={.items[*].message}")
+		return strings.TrimSpace(messages) != "" && strings.Contains(messages, want), messages, nil
 	})
+	return messages
 }
 
 // TestDay2UnschedulableScaleStalls: a replica increase whose pods cannot be placed (every
@@ -512,10 +521,7 @@ func TestDay2ShardWithoutReplicaLost(t *testing.T) {
 	n.waitRetired(cluster, victim)
 	n.waitConverged(cluster, 2, 2*time.Minute)
 	t.Logf("e2e: shard without replica restored (empty) in %.1fs", time.Since(start).Seconds())
-	n.eventually(30*time.Second, time.Second, "a SlotsLost Warning Event", func() (bool, string, error) {
-		out := n.kubectl("get", "events", "--field-selector", "reason=SlotsLost,type=Warning", "-o", "name")
-		return strings.TrimSpace(out) != "", out, nil
-	})
+	n.waitWarning("SlotsLost", "", 30*time.Second)
 
 	// Every slot takes writes again (servers report cluster_state ok a moment after the last
 	// slot is assigned).

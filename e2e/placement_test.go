@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -53,11 +52,7 @@ func TestPlacementAfterScheduling(t *testing.T) {
 		assert.Equal(t, "zone-a", zones[p.Spec.NodeName], "pod %s on node %s", p.Name, p.Spec.NodeName)
 	}
 
-	var message string
-	n.eventually(time.Minute, time.Second, "a PodsUnschedulable Warning Event", func() (bool, string, error) {
-		message = n.kubectl("get", "events", "--field-selector", "reason=PodsUnschedulable,type=Warning", "-o", "jsonpath={.items[*].message}")
-		return strings.TrimSpace(message) != "", message, nil
-	})
+	message := n.waitWarning("PodsUnschedulable", "", time.Minute)
 	assert.Contains(t, message, "the cluster stays Creating until they fit")
 	assert.Contains(t, message, "node affinity/selector", "the scheduler's reason is passed on")
 	for _, p := range n.podsByName("nowhere") {

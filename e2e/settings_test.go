@@ -21,11 +21,7 @@ func TestRefusedSettingIsNamedThenFixed(t *testing.T) {
 	cfg := n.ownConfig("valkey-8.0", `"noeviction --port 6380"`)
 	n.applyCluster(cluster, cfg, 1, 1)
 
-	var message string
-	n.eventually(2*time.Minute, time.Second, "a ConfigRejected Warning Event", func() (bool, string, error) {
-		message = n.kubectl("get", "events", "--field-selector", "reason=ConfigRejected,type=Warning", "-o", "jsonpath={.items[*].message}")
-		return strings.TrimSpace(message) != "", message, nil
-	})
+	message := n.waitWarning("ConfigRejected", "", 2*time.Minute)
 	assert.Contains(t, message, `Valkey refused setting "maxmemory-policy"`)
 	assert.Contains(t, message, "wrong number of arguments")
 	state, _, err := n.state(cluster)
@@ -48,10 +44,7 @@ func TestRefusedSettingIsNamedThenFixed(t *testing.T) {
 	watch := n.watchState(cluster)
 	createdBefore := n.countEvents("NodeCreated")
 	n.kubectl("patch", "valkeyconfig", cfg, "--type=merge", "-p", `{"spec":{"valkey":{"maxmemory-policy":"bogus"}}}`)
-	n.eventually(2*time.Minute, time.Second, "a ConfigRejected Warning naming the edited value", func() (bool, string, error) {
-		message = n.kubectl("get", "events", "--field-selector", "reason=ConfigRejected,type=Warning", "-o", "jsonpath={.items[*].message}")
-		return strings.Contains(message, `"bogus"`), message, nil
-	})
+	n.waitWarning("ConfigRejected", `"bogus"`, 2*time.Minute)
 	n.waitStalled()
 	assert.Equal(t, 1, n.countEvents("NodeCreated")-createdBefore, "one replacement, not one after another")
 	n.kubectl("patch", "valkeyconfig", cfg, "--type=merge", "-p", `{"spec":{"valkey":{"maxmemory-policy":"allkeys-lru"}}}`)

@@ -100,6 +100,23 @@ spec:
 			c.Close()
 		}
 		assert.Error(t, err, "a plaintext client must not get in")
+
+		// Not only the TLS port refuses plaintext: no plaintext port is open at all.
+		pool := x509.NewCertPool()
+		require.True(t, pool.AppendCertsFromPEM(certs.CA))
+		operatorPassword := n.secretValue(cluster+"-auth", "operator-password")
+		for _, addr := range addrsOf(ips) {
+			op, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: "operator", Password: operatorPassword,
+				TLSConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
+				ForceSingleClient: true, DisableCache: true, Dialer: dialer()})
+			require.NoError(t, err, addr)
+			ctx, cancel := ctxTimeout(10 * time.Second)
+			ports, err := op.Do(ctx, op.B().ConfigGet().Parameter("port").Parameter("tls-port").Build()).AsStrMap()
+			cancel()
+			op.Close()
+			require.NoError(t, err, addr)
+			assert.Equal(t, map[string]string{"port": "0", "tls-port": "6379"}, ports, "%s listens for TLS only", addr)
+		}
 	})
 
 	// Last, as it switches the default user off: a spec.acl user (the secure example's, with
