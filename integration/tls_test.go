@@ -89,61 +89,66 @@ func TestTLSClusterAndRotation(t *testing.T) {
 // them.
 func TestTLSExpiredServerCertificate(t *testing.T) {
 	t.Parallel()
-	ca, err := testcerts.NewCA("test CA")
-	require.NoError(t, err)
-	now := time.Now()
-	expired, err := ca.Issue(testcerts.Leaf{
-		CommonName: tlsServerName, DNSNames: testcerts.ForCluster("demo", "default"), Server: true,
-		NotBefore: now.Add(-50 * time.Minute), NotAfter: now.Add(-time.Minute),
-	})
-	require.NoError(t, err)
-	f := newFixture(t, harness.Config{Image: harness.Image(), TLS: &harness.TLSFiles{CA: ca.CertPEM, Cert: expired.CertPEM, Key: expired.KeyPEM}}, 1, 1,
-		valkeyops.Options{Credentials: valkeyops.Credentials{CA: ca.CertPEM, ServerName: tlsServerName}})
-	node := f.nodes[0]
-	ctx := ctxT(t, time.Minute)
-
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	_, err = valkeyops.ServedCertificate(ctx, node.Addr, roots)
-	require.ErrorContains(t, err, "certificate has expired", "the node serves the expired certificate")
-
-	other, err := testcerts.NewCA("other CA")
-	require.NoError(t, err)
-	creds := func(caPEM []byte, serverName string) valkeyops.Credentials {
-		return valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword, CA: caPEM, ServerName: serverName}
-	}
-	tests := []struct {
-		name    string
-		creds   valkeyops.Credentials
-		wantErr string // "" = the Admin observes the node and reloads its TLS files
-	}{
-		{name: "expired but chained and named", creds: creds(ca.CertPEM, tlsServerName)},
-		{name: "another CA", creds: creds(other.CertPEM, tlsServerName), wantErr: "certificate signed by unknown authority"},
-		{name: "another server name", creds: creds(ca.CertPEM, "other.default.svc.cluster.local"), wantErr: "not other.default.svc.cluster.local"},
-	}
-	pool := valkeyops.NewPool(nil, t.Logf)
-	t.Cleanup(pool.Close)
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			admin, err := pool.Connect(ctx, "default/demo", tt.creds)
+	for _, image := range []string{harness.Image(), harness.Image9()} {
+		t.Run(image, func(t *testing.T) {
+			t.Parallel()
+			ca, err := testcerts.NewCA("test CA")
 			require.NoError(t, err)
-			snap, err := admin.Observe(ctx, f.nodes)
+			now := time.Now()
+			expired, err := ca.Issue(testcerts.Leaf{
+				CommonName: tlsServerName, DNSNames: testcerts.ForCluster("demo", "default"), Server: true,
+				NotBefore: now.Add(-50 * time.Minute), NotAfter: now.Add(-time.Minute),
+			})
 			require.NoError(t, err)
-			st := snap.ByName(node.Name)
-			reloadErr := admin.ReloadTLS(ctx, node)
-			if tt.wantErr == "" {
-				require.True(t, st.Reachable, "observe: %v", st.Err)
-				assert.NotEmpty(t, st.ID)
-				assert.Equal(t, valkeyops.RolePrimary, st.Role)
-				assert.NoError(t, reloadErr)
-				return
+			f := newFixture(t, harness.Config{Image: image, TLS: &harness.TLSFiles{CA: ca.CertPEM, Cert: expired.CertPEM, Key: expired.KeyPEM}}, 1, 1,
+				valkeyops.Options{Credentials: valkeyops.Credentials{CA: ca.CertPEM, ServerName: tlsServerName}})
+			node := f.nodes[0]
+			ctx := ctxT(t, time.Minute)
+
+			roots := x509.NewCertPool()
+			roots.AddCert(ca.Cert)
+			_, err = valkeyops.ServedCertificate(ctx, node.Addr, roots)
+			require.ErrorContains(t, err, "certificate has expired", "the node serves the expired certificate")
+
+			other, err := testcerts.NewCA("other CA")
+			require.NoError(t, err)
+			creds := func(caPEM []byte, serverName string) valkeyops.Credentials {
+				return valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword, CA: caPEM, ServerName: serverName}
 			}
-			assert.False(t, st.Reachable)
-			require.Error(t, st.Err)
-			assert.ErrorIs(t, st.Err, valkeyops.ErrUnreachable)
-			assert.Contains(t, st.Err.Error(), tt.wantErr)
-			require.Error(t, reloadErr)
-			assert.Contains(t, reloadErr.Error(), tt.wantErr)
+			tests := []struct {
+				name    string
+				creds   valkeyops.Credentials
+				wantErr string // "" = the Admin observes the node and reloads its TLS files
+			}{
+				{name: "expired but chained and named", creds: creds(ca.CertPEM, tlsServerName)},
+				{name: "another CA", creds: creds(other.CertPEM, tlsServerName), wantErr: "certificate signed by unknown authority"},
+				{name: "another server name", creds: creds(ca.CertPEM, "other.default.svc.cluster.local"), wantErr: "not other.default.svc.cluster.local"},
+			}
+			pool := valkeyops.NewPool(nil, t.Logf)
+			t.Cleanup(pool.Close)
+			for _, tt := range tests {
+				t.Run(tt.name, func(t *testing.T) {
+					admin, err := pool.Connect(ctx, "default/demo", tt.creds)
+					require.NoError(t, err)
+					snap, err := admin.Observe(ctx, f.nodes)
+					require.NoError(t, err)
+					st := snap.ByName(node.Name)
+					reloadErr := admin.ReloadTLS(ctx, node)
+					if tt.wantErr == "" {
+						require.True(t, st.Reachable, "observe: %v", st.Err)
+						assert.NotEmpty(t, st.ID)
+						assert.Equal(t, valkeyops.RolePrimary, st.Role)
+						assert.NoError(t, reloadErr)
+						return
+					}
+					assert.False(t, st.Reachable)
+					require.Error(t, st.Err)
+					assert.ErrorIs(t, st.Err, valkeyops.ErrUnreachable)
+					assert.Contains(t, st.Err.Error(), tt.wantErr)
+					require.Error(t, reloadErr)
+					assert.Contains(t, reloadErr.Error(), tt.wantErr)
+				})
+			}
 		})
 	}
 }
