@@ -107,7 +107,7 @@ spec:
 		operatorPassword := n.secretValue(cluster+"-auth", "operator-password")
 		for _, addr := range addrsOf(ips) {
 			op, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: "operator", Password: operatorPassword,
-				TLSConfig: &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
+				TLSConfig:         &tls.Config{RootCAs: pool, ServerName: serverName, MinVersion: tls.VersionTLS12},
 				ForceSingleClient: true, DisableCache: true, Dialer: dialer()})
 			require.NoError(t, err, addr)
 			ctx, cancel := ctxTimeout(10 * time.Second)
