@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/x509"
 	"testing"
 	"time"
@@ -150,5 +151,36 @@ func TestTLSExpiredServerCertificate(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// TestTLSExpiredCertificateStopsANewCluster pins down what Valkey itself does with an expired
+// certificate between its servers, where the operator has no say: the TLS cluster bus
+// verifies the peer's certificate, expiry included, so two servers sharing an expired
+// certificate never get to know each other and a new cluster cannot form. The operator's own
+// connections ignore expiry (TestTLSExpiredServerCertificate), but formation waits for a
+// valid certificate. If a Valkey release stops checking expiry on the bus, this test says so.
+func TestTLSExpiredCertificateStopsANewCluster(t *testing.T) {
+	t.Parallel()
+	ca, err := testcerts.NewCA("test CA")
+	require.NoError(t, err)
+	now := time.Now()
+	expired, err := ca.Issue(testcerts.Leaf{
+		CommonName: tlsServerName, DNSNames: testcerts.ForCluster("demo", "default"), Server: true,
+		NotBefore: now.Add(-50 * time.Minute), NotAfter: now.Add(-time.Minute),
+	})
+	require.NoError(t, err)
+	f := newFixture(t, harness.Config{Image: harness.Image(), TLS: &harness.TLSFiles{CA: ca.CertPEM, Cert: expired.CertPEM, Key: expired.KeyPEM}}, 1, 2,
+		valkeyops.Options{Credentials: valkeyops.Credentials{CA: ca.CertPEM, ServerName: tlsServerName}})
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	err = f.admin.Bootstrap(ctx, f.nodes, 1)
+	require.Error(t, err, "the servers cannot meet over a bus whose certificates have expired")
+
+	snap, err := f.admin.Observe(context.Background(), f.nodes)
+	require.NoError(t, err)
+	for _, n := range snap.Nodes {
+		assert.True(t, n.Reachable, "the operator still reaches %s despite the expiry", n.Name)
+		assert.Equal(t, 1, n.KnownNodes, "%s knows no other server", n.Name)
 	}
 }
