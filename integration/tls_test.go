@@ -93,14 +93,7 @@ func TestTLSExpiredServerCertificate(t *testing.T) {
 	for _, image := range []string{harness.Image(), harness.Image9()} {
 		t.Run(image, func(t *testing.T) {
 			t.Parallel()
-			ca, err := testcerts.NewCA("test CA")
-			require.NoError(t, err)
-			now := time.Now()
-			expired, err := ca.Issue(testcerts.Leaf{
-				CommonName: tlsServerName, DNSNames: testcerts.ForCluster("demo", "default"), Server: true,
-				NotBefore: now.Add(-50 * time.Minute), NotAfter: now.Add(-time.Minute),
-			})
-			require.NoError(t, err)
+			ca, expired := expiredLeaf(t)
 			f := newFixture(t, harness.Config{Image: image, TLS: &harness.TLSFiles{CA: ca.CertPEM, Cert: expired.CertPEM, Key: expired.KeyPEM}}, 1, 1,
 				valkeyops.Options{Credentials: valkeyops.Credentials{CA: ca.CertPEM, ServerName: tlsServerName}})
 			node := f.nodes[0]
@@ -108,7 +101,7 @@ func TestTLSExpiredServerCertificate(t *testing.T) {
 
 			roots := x509.NewCertPool()
 			roots.AddCert(ca.Cert)
-			_, err = valkeyops.ServedCertificate(ctx, node.Addr, roots)
+			_, err := valkeyops.ServedCertificate(ctx, node.Addr, roots)
 			require.ErrorContains(t, err, "certificate has expired", "the node serves the expired certificate")
 
 			other, err := testcerts.NewCA("other CA")
@@ -162,19 +155,12 @@ func TestTLSExpiredServerCertificate(t *testing.T) {
 // valid certificate. If a Valkey release stops checking expiry on the bus, this test says so.
 func TestTLSExpiredCertificateStopsANewCluster(t *testing.T) {
 	t.Parallel()
-	ca, err := testcerts.NewCA("test CA")
-	require.NoError(t, err)
-	now := time.Now()
-	expired, err := ca.Issue(testcerts.Leaf{
-		CommonName: tlsServerName, DNSNames: testcerts.ForCluster("demo", "default"), Server: true,
-		NotBefore: now.Add(-50 * time.Minute), NotAfter: now.Add(-time.Minute),
-	})
-	require.NoError(t, err)
+	ca, expired := expiredLeaf(t)
 	f := newFixture(t, harness.Config{Image: harness.Image(), TLS: &harness.TLSFiles{CA: ca.CertPEM, Cert: expired.CertPEM, Key: expired.KeyPEM}}, 1, 2,
 		valkeyops.Options{Credentials: valkeyops.Credentials{CA: ca.CertPEM, ServerName: tlsServerName}})
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	err = f.admin.Bootstrap(ctx, f.nodes, 1)
+	err := f.admin.Bootstrap(ctx, f.nodes, 1)
 	require.Error(t, err, "the servers cannot meet over a bus whose certificates have expired")
 
 	snap, err := f.admin.Observe(context.Background(), f.nodes)
@@ -183,4 +169,19 @@ func TestTLSExpiredCertificateStopsANewCluster(t *testing.T) {
 		assert.True(t, n.Reachable, "the operator still reaches %s despite the expiry", n.Name)
 		assert.Equal(t, 1, n.KnownNodes, "%s knows no other server", n.Name)
 	}
+}
+
+// expiredLeaf issues, from a fresh CA, a server certificate for tlsServerName that expired a
+// minute ago.
+func expiredLeaf(t *testing.T) (*testcerts.CA, testcerts.Pair) {
+	t.Helper()
+	ca, err := testcerts.NewCA("test CA")
+	require.NoError(t, err)
+	now := time.Now()
+	expired, err := ca.Issue(testcerts.Leaf{
+		CommonName: tlsServerName, DNSNames: testcerts.ForCluster("demo", "default"), Server: true,
+		NotBefore: now.Add(-50 * time.Minute), NotAfter: now.Add(-time.Minute),
+	})
+	require.NoError(t, err)
+	return ca, expired
 }

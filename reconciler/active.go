@@ -240,15 +240,24 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		if err != nil {
 			return err
 		}
-		err = r.client.Delete(ctx, n.U, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err := r.deleteNode(ctx, p, n); err != nil {
 			return err
 		}
-		r.expect(p, n.Name(), false)
 		r.event(p, n.U, ReasonNodeRetired, "DeleteNode", "Retired ValkeyNode %s of shard %d", n.Name(), n.Shard())
 		return nil
 	}
 	return fmt.Errorf("unknown action %q", a.Kind)
+}
+
+// deleteNode deletes a ValkeyNode (its pod and config ConfigMap go with it, by owner) and
+// remembers that the cache must stop showing it.
+func (r *Reconciler) deleteNode(ctx context.Context, p *pass, n views.Node) error {
+	err := r.client.Delete(ctx, n.U, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	r.expect(p, n.Name(), false)
+	return nil
 }
 
 // createNodes creates ValkeyNodes (Joining) and their pods from the live resolution.

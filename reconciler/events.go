@@ -23,6 +23,7 @@ const (
 	ReasonConnectFailed     = "ConnectFailed"
 	ReasonObjectConflict    = "ObjectConflict"
 	ReasonPodsUnschedulable = "PodsUnschedulable"
+	ReasonConfigRejected    = "ConfigRejected" // a setting valkey-server refused at start-up
 )
 
 // event records a Normal Event on the cluster. events.k8s.io folds Events with the same

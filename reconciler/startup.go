@@ -8,14 +8,8 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
-
-// ReasonConfigRejected is the Warning Event of a setting valkey-server refused at start-up.
-const ReasonConfigRejected = "ConfigRejected"
 
 // reportRejectedSettings turns a server that exited at start-up on a setting it refused
 // into a Warning Event naming that setting. Settings pass the CRD's checks but only Valkey
@@ -79,11 +73,9 @@ func (r *Reconciler) replaceStoppedStale(ctx context.Context, p *pass) *outcome 
 			kept = append(kept, n)
 			continue
 		}
-		err := r.client.Delete(ctx, n.U, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err := r.deleteNode(ctx, p, n); err != nil {
 			return done(ctrl.Result{}, err)
 		}
-		r.expect(p, n.Name(), false)
 		r.event(p, n.U, ReasonNodeRetired, "ReplaceStoppedNode",
 			"Deleted ValkeyNode %s of shard %d: its server stopped and its config has changed since; a new node takes its place", n.Name(), n.Shard())
 	}
