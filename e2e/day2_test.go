@@ -458,7 +458,13 @@ func TestDay2OperatorKilledDuringScaleOut(t *testing.T) {
 // uncordons them again (also run when the test ends).
 func (n *ns) cordonAll() (uncordon func()) {
 	n.t.Helper()
-	nodes := strings.Fields(n.kubectl("get", "nodes", "-o", "name"))
+	return n.cordon(strings.Fields(n.kubectl("get", "nodes", "-o", "name")))
+}
+
+// cordon cordons the given nodes and returns what uncordons them again (also run when the
+// test ends).
+func (n *ns) cordon(nodes []string) (uncordon func()) {
+	n.t.Helper()
 	require.NotEmpty(n.t, nodes)
 	uncordon = func() {
 		for _, node := range nodes {

@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/settings"
+	"github.com/gomomento/valkey-operator/reconciler/views"
 )
 
 const zoneLabel = "topology.kubernetes.io/zone"
@@ -77,4 +79,76 @@ func (n *ns) nodeZones() map[string]string {
 	}
 	require.NotEmpty(n.t, out)
 	return out
+}
+
+// TestDefaultZoneSpreadRequired: the operator-wide `defaultZoneSpread: required` (ConfigMap
+// valkey-operator-config, read at start-up) holds after real scheduling. With every node
+// outside zone-a cordoned, a 1x1 cluster that sets no zoneSpread cannot place its replica
+// (it would share its primary's zone): it stays Creating with a Warning Event naming the
+// spread constraint, while a cluster that sets `zoneSpread: bestEffort` forms in zone-a.
+// Once the other zones open, the first one forms with its two pods in different zones.
+func TestDefaultZoneSpreadRequired(t *testing.T) {
+	n := newNamespace(t, "e2e-spread")
+	applyMenu(n)
+	kubectlIn := func(stdin string, args ...string) {
+		t.Helper()
+		out, err := kubectlRun(stdin, args...)
+		require.NoError(t, err, out)
+	}
+	kubectlIn(fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: %s\n  namespace: %s\ndata:\n  %s: %s\n",
+		settings.ConfigMapName, operatorNamespace, settings.KeyDefaultZoneSpread, views.ZoneSpreadRequired), "apply", "-f", "-")
+	crashAndRestart(t) // settings are read at start-up
+	t.Cleanup(func() {
+		if out, err := kubectlRun("", "delete", "configmap", settings.ConfigMapName, "-n", operatorNamespace, "--ignore-not-found"); err != nil {
+			t.Logf("cleanup: %v: %s", err, out)
+		}
+		crashAndRestart(t)
+	})
+
+	zones := n.nodeZones()
+	var elsewhere []string
+	for node, zone := range zones {
+		if zone != "zone-a" {
+			elsewhere = append(elsewhere, "node/"+node)
+		}
+	}
+	uncordon := n.cordon(elsewhere)
+	apply := func(name, placement string) {
+		n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: 1\n  replicasPerShard: 1\n%s",
+			name, exampleConfig, placement), "apply", "-f", "-")
+	}
+	apply("strict", "")
+	apply("loose", "  placement:\n    zoneSpread: bestEffort\n")
+
+	n.waitState("loose", "Active", 3*time.Minute)
+	for _, p := range n.podsByName("loose") {
+		assert.Equal(t, "zone-a", zones[p.Spec.NodeName], "bestEffort pod %s placed in the only open zone", p.Name)
+	}
+	message := n.waitWarning("PodsUnschedulable", "", time.Minute)
+	assert.Contains(t, message, "topology spread constraints", "the scheduler's reason is passed on")
+	state, _, err := n.state("strict")
+	require.NoError(t, err)
+	assert.Equal(t, "Creating", state)
+	pending := 0
+	for _, p := range n.podsByName("strict") {
+		for _, c := range p.Spec.TopologySpreadConstraints {
+			if c.TopologyKey == zoneLabel && c.LabelSelector.MatchLabels[render.LabelShard] != "" {
+				assert.Equal(t, corev1.DoNotSchedule, c.WhenUnsatisfiable, "pod %s: the shard's zone spread is required", p.Name)
+			}
+		}
+		if p.Spec.NodeName == "" {
+			pending++
+		}
+	}
+	assert.Equal(t, 1, pending, "the replica waits for a zone of its own")
+
+	uncordon()
+	n.waitState("strict", "Active", 3*time.Minute)
+	var placed []string
+	for _, p := range n.podsByName("strict") {
+		placed = append(placed, zones[p.Spec.NodeName])
+	}
+	if assert.Len(t, placed, 2) {
+		assert.NotEqual(t, placed[0], placed[1], "primary and replica in different zones")
+	}
 }

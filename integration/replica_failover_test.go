@@ -204,6 +204,65 @@ func TestForceFailoverAfterPrimaryExit(t *testing.T) {
 	}
 }
 
+// A roll of one shard, as the operator runs it, round after round with a writer running: a
+// new replica joins, the old replica leaves, and the primary fails over to the new replica
+// as soon as the planner would allow (every server knows it as the primary's replica). The
+// old primary must become the new one's replica every time. On Valkey 8.0 a failover a
+// moment too early left it an empty primary instead (it had not yet counted the replica in
+// its own shard), which Failover now waits out.
+func TestFailoverToJustJoinedReplica(t *testing.T) {
+	t.Parallel()
+	for _, image := range []string{harness.Image(), harness.Image9()} {
+		t.Run(image, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, harness.Config{Image: image, Args: []string{"--cluster-allow-replica-migration", "no"}}, 2, 2, valkeyops.Options{})
+			ctx := ctxT(t, 5*time.Minute)
+			require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 2))
+			waitHealthy(t, f, f.nodes, 2, 1, 30*time.Second)
+			c := dataClient(t, f.nodes)
+			w := loadgen.Start(c, loadgen.Options{Prefix: "w:", Timeout: 5 * time.Second})
+			nodes := f.nodes
+			for round := 0; round < 5; round++ {
+				snap, err := f.admin.Observe(ctx, nodes)
+				require.NoError(t, err)
+				var primary *valkeyops.NodeState
+				for _, p := range snap.Primaries() {
+					if p.Shard == 0 {
+						primary = p
+					}
+				}
+				require.NotNil(t, primary)
+				old := snap.ReplicasOf(primary.ID)
+				added, err := f.env.StartNode(ctx, 0)
+				require.NoError(t, err)
+				nodes = append(nodes, added)
+				require.NoError(t, f.admin.Replicate(ctx, nodes, added.Name, 0))
+				for _, r := range old {
+					require.NoError(t, f.admin.RemoveNode(ctx, nodes, r.Name))
+					require.NoError(t, f.env.Kill(ctx, r.Name))
+					nodes = without(nodes, r.Name)
+				}
+				require.Eventually(t, func() bool {
+					s, err := f.admin.Observe(ctx, nodes)
+					return err == nil && valkeyops.BestReplica(s, primary.ID) != nil
+				}, 30*time.Second, 20*time.Millisecond, "round %d: %s electable", round, added.Name)
+
+				require.NoError(t, f.admin.Failover(ctx, nodes, primary.Name), "round %d", round)
+				snap, err = f.admin.Observe(ctx, nodes)
+				require.NoError(t, err)
+				heir, was := snap.ByName(added.Name), snap.ByName(primary.Name)
+				assert.Equal(t, valkeyops.RolePrimary, heir.Role, "round %d", round)
+				assert.Equal(t, primary.Slots, heir.Slots, "round %d: the new replica took every slot", round)
+				assert.Equal(t, valkeyops.RoleReplica, was.Role, "round %d: the old primary follows it", round)
+				assert.Equal(t, heir.ID, was.PrimaryID, "round %d", round)
+			}
+			acked := w.Stop().Acked
+			waitHealthy(t, f, nodes, 2, 1, 30*time.Second)
+			verify(t, c, "w:", acked)
+		})
+	}
+}
+
 // A rebalance interrupted while slots are open (importing/migrating, keys half moved) is
 // completed by the next run: no slot left open, no key lost. Valkey 8.0 only: there the
 // operator moves the keys itself (MIGRATE) and a crash can leave slots open; on 9.x the

@@ -36,6 +36,10 @@ const (
 	// moveCheck is how often a cluster whose slot move runs in the background looks whether
 	// it ended (a map lookup: the pass touches no server meanwhile).
 	moveCheck = 500 * time.Millisecond
+	// serverWait is how soon a cluster waiting on its servers (a replica syncing, gossip
+	// settling, Valkey's own failover) is observed again: no watch event marks the end of
+	// such a wait, and each one sits on the critical path of a roll or a heal.
+	serverWait = 500 * time.Millisecond
 )
 
 // Event reasons of the Active phase.
@@ -156,7 +160,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 			return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 		}
 		p.log.V(1).Info("waiting", "reason", a.Reason)
-		return again
+		return done(ctrl.Result{RequeueAfter: min(serverWait, r.opts.PollInterval)}, nil)
 	}
 	p.log.Info("topology action", "action", a.Kind, "reason", a.Reason)
 	if a.Kind == plan.Rebalance {

@@ -16,6 +16,10 @@ const MaxSyncLag = 1 << 20
 // failoverTimeout bounds the wait for the role change after CLUSTER FAILOVER.
 const failoverTimeout = 30 * time.Second
 
+// shardSettleTimeout bounds the wait, before CLUSTER FAILOVER, for the primary to count the
+// chosen replica in its own shard (gossip settles that within a second or two).
+const shardSettleTimeout = 10 * time.Second
+
 // Failover gracefully fails the shard of primary `primaryName` over to its best in-sync
 // replica: linked, not syncing, lag at most MaxSyncLag, highest offset first. It sends plain
 // CLUSTER FAILOVER (never FORCE/TAKEOVER, which can lose acknowledged writes) and waits until
@@ -32,6 +36,23 @@ func (a *Admin) Failover(ctx context.Context, nodes []Node, primaryName string) 
 	best := BestReplica(snap, p.ID)
 	if best == nil {
 		return opErr(primaryName, "failover", ErrNoInSyncReplica)
+	}
+	// The primary must count the replica as one of its own shard. Valkey 8.0 learns a new
+	// replica's shard ID a ping or two after it learns that it replicates: a failover in
+	// that window looks to the old primary like its slots moving to another shard, and it
+	// stays behind as an empty primary instead of becoming the new primary's replica.
+	err = a.waitFor(ctx, "failover-shard", shardSettleTimeout, func() (bool, error) {
+		peers, err := a.shardOf(ctx, p.Node, p.ID)
+		if err != nil {
+			return false, err
+		}
+		if !peers[best.ID] {
+			return false, fmt.Errorf("%s does not count %s in its shard yet", p.Name, best.Name)
+		}
+		return true, nil
+	})
+	if err != nil {
+		return opErr(best.Name, "failover-shard", err)
 	}
 	if _, err := a.cmd(ctx, best.Node, "failover", "CLUSTER", "FAILOVER"); err != nil {
 		return err
@@ -57,16 +78,55 @@ func (a *Admin) Failover(ctx context.Context, nodes []Node, primaryName string) 
 	return nil
 }
 
-// BestReplica is the in-sync replica of primaryID with the highest replication offset, or nil.
-// Pure: it reads the snapshot only.
+// shardOf returns the IDs of the nodes that node n's own CLUSTER SHARDS groups with node id.
+func (a *Admin) shardOf(ctx context.Context, n Node, id string) (map[string]bool, error) {
+	msg, err := a.cmd(ctx, n, "cluster-shards", "CLUSTER", "SHARDS")
+	if err != nil {
+		return nil, err
+	}
+	shards, err := msg.ToArray()
+	if err != nil {
+		return nil, opErr(n.Name, "cluster-shards", err)
+	}
+	for _, sh := range shards {
+		fields, err := sh.AsMap()
+		if err != nil {
+			return nil, opErr(n.Name, "cluster-shards", err)
+		}
+		nodes := fields["nodes"]
+		list, err := nodes.ToArray()
+		if err != nil {
+			return nil, opErr(n.Name, "cluster-shards", err)
+		}
+		ids := map[string]bool{}
+		for _, node := range list {
+			attrs, err := node.AsStrMap()
+			if err != nil {
+				return nil, opErr(n.Name, "cluster-shards", err)
+			}
+			ids[attrs["id"]] = true
+		}
+		if ids[id] {
+			return ids, nil
+		}
+	}
+	return nil, opErr(n.Name, "cluster-shards", fmt.Errorf("%w: %s is in no shard", ErrNotConverged, id))
+}
+
+// BestReplica is the in-sync, electable replica of primaryID with the highest replication
+// offset, or nil. Pure: it reads the snapshot only.
 func BestReplica(snap *Snapshot, primaryID string) *NodeState {
 	p := snap.ByID(primaryID)
 	if p == nil {
 		return nil
 	}
+	var voters []*NodeState
+	for _, o := range snap.Primaries() {
+		voters = append(voters, o)
+	}
 	var best *NodeState
 	for _, r := range snap.ReplicasOf(primaryID) {
-		if r.LinkState != "up" || r.SyncInProgress || r.Failing() {
+		if r.LinkState != "up" || r.SyncInProgress || r.Failing() || !Electable(r, primaryID, voters) {
 			continue
 		}
 		if p.ReplOffset-r.ReplOffset > MaxSyncLag {
@@ -77,6 +137,39 @@ func BestReplica(snap *Snapshot, primaryID string) *NodeState {
 		}
 	}
 	return best
+}
+
+// Electable reports whether replica r of primaryID can win an election among voters (the
+// observed servers; the slot-holding primaries among them vote) now. A replica that joined a
+// moment ago cannot until gossip has settled, and CLUSTER FAILOVER to it then fails or, worse,
+// half succeeds: it counts a primary's vote only once it has learned that primary's slots,
+// and a primary that does not list it yet as primaryID's replica refuses its vote. So: r
+// sees every slot assigned and the cluster ok, and every slot-holding primary lists it as a
+// replica of primaryID. Pure.
+func Electable(r *NodeState, primaryID string, voters []*NodeState) bool {
+	if r.SlotsAssigned != SlotCount || r.ClusterState != "ok" {
+		return false
+	}
+	for _, o := range voters {
+		if !o.Reachable || o.Role != RolePrimary || len(o.Slots) == 0 {
+			continue
+		}
+		peer := o.Peer(r.ID)
+		if peer == nil || !peer.IsReplica() || peer.PrimaryID != primaryID || !talking(peer) {
+			return false
+		}
+		if back := r.Peer(o.ID); back == nil || !talking(back) {
+			return false
+		}
+	}
+	return true
+}
+
+// talking reports whether the observer's bus link to peer is up and has carried a PONG:
+// an election's request and its vote travel on those links, and a message for a peer whose
+// link is not up yet is dropped.
+func talking(peer *ClusterNode) bool {
+	return peer.LinkState == "connected" && peer.PongRecv > 0
 }
 
 // Failing reports whether the node's own line carries fail/pfail flags.

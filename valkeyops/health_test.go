@@ -29,7 +29,7 @@ func healthyCluster() *Snapshot {
 			st.Role, st.PrimaryID = RoleReplica, me.primary
 		}
 		for _, o := range ns {
-			cn := ClusterNode{ID: o.id, LinkState: "connected", Slots: o.slots, PrimaryID: o.primary}
+			cn := ClusterNode{ID: o.id, LinkState: "connected", PongRecv: 1, Slots: o.slots, PrimaryID: o.primary}
 			if o.primary == "" {
 				cn.Flags = []string{"master"}
 			} else {
@@ -114,10 +114,28 @@ func TestBestReplica(t *testing.T) {
 		{name: "link down", mutate: func(s *Snapshot) { s.Nodes[2].LinkState = "down" }},
 		{name: "syncing", mutate: func(s *Snapshot) { s.Nodes[2].SyncInProgress = true }},
 		{name: "too far behind", mutate: func(s *Snapshot) { s.Nodes[0].ReplOffset = MaxSyncLag + 10 }},
+		{name: "a replica that has not learned every primary's slots yet cannot count their votes", mutate: func(s *Snapshot) {
+			s.Nodes[2].SlotsAssigned, s.Nodes[2].ClusterState = 8192, "fail"
+		}},
+		{name: "a replica the other primary still sees as a primary would not get its vote", mutate: func(s *Snapshot) {
+			s.Nodes[1].View[2].Flags, s.Nodes[1].View[2].PrimaryID = []string{"master"}, ""
+		}},
+		{name: "a replica its own primary does not list yet would not get its vote", mutate: func(s *Snapshot) {
+			s.Nodes[0].View = append(s.Nodes[0].View[:2], s.Nodes[0].View[3:]...)
+		}},
+		{name: "a replica whose bus link to the other primary has not carried a PONG yet", mutate: func(s *Snapshot) {
+			s.Nodes[2].View[1].PongRecv = 0
+		}},
+		{name: "a primary whose bus link to the replica is down", mutate: func(s *Snapshot) {
+			s.Nodes[1].View[2].LinkState = "disconnected"
+		}},
 		{name: "highest offset wins", want: "r2", mutate: func(s *Snapshot) {
 			r2 := s.Nodes[2]
 			r2.Name, r2.ID, r2.ReplOffset = "r2", "id-r2", 5
 			s.Nodes = append(s.Nodes, r2)
+			for i := range s.Nodes {
+				s.Nodes[i].View = append(s.Nodes[i].View, ClusterNode{ID: "id-r2", Flags: []string{"slave"}, PrimaryID: "id-p0", LinkState: "connected", PongRecv: 1})
+			}
 		}},
 	}
 	for _, tt := range tests {

@@ -72,7 +72,7 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		if self && s.importing {
 			slots += " [5->-id-other]"
 		}
-		return fmt.Sprintf("%s 10.0.0.1:6379@16379 %s %s 0 0 1 connected %s", id(s), flags, primary, slots)
+		return fmt.Sprintf("%s 10.0.0.1:6379@16379 %s %s 0 1 1 connected %s", id(s), flags, primary, slots)
 	}
 	for _, s := range servers {
 		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded, Hash: s.hash, Exited: s.exited, NotReadyFor: s.slow}
@@ -111,6 +111,13 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 			st := &valkeyops.NodeState{Node: valkeyops.Node{Name: s.name, Shard: s.shard}, Reachable: true, View: view, KnownNodes: known}
 			self := st.Self()
 			st.ID, st.Slots = self.ID, self.Slots
+			for _, peer := range view {
+				st.SlotsAssigned += valkeyops.CountSlots(peer.Slots)
+			}
+			st.ClusterState = "fail"
+			if st.SlotsAssigned == valkeyops.SlotCount {
+				st.ClusterState = "ok"
+			}
 			st.Role, st.LinkState, st.ReplOffset = valkeyops.RolePrimary, "up", 1000
 			if s.of != "" {
 				st.Role, st.PrimaryID, st.ReplOffset = valkeyops.RoleReplica, self.PrimaryID, 1000-s.lag
@@ -490,6 +497,41 @@ func TestRoll(t *testing.T) {
 				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
 			})
 		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"a0"}}},
+		{"an old primary left without slots but with its keys (REPLICATE refuses it) retires", func(t *testing.T) plan.Observed {
+			c := fresh("c0", 0, "")
+			c.slots = "0-8191"
+			return rollTo(t, 2, 1, []srv{
+				{name: "a0", shard: 0}, c, fresh("d0", 0, "c0"),
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"a0"}}},
+		{"a stale replica that lost its link is not reattached: it is replaced", func(t *testing.T) plan.Observed {
+			return rollTo(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].linkDown = true; return s }))
+		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
+		{"a replacement not yet known to every primary as a replica is waited for (its election would fail)", func(t *testing.T) plan.Observed {
+			o := rollTo(t, 2, 1, []srv{
+				{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"), fresh("d0", 0, "a0"),
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+			a1 := o.Nodes[3].State
+			require.Equal(t, "a1", a1.Name)
+			for i := range a1.View {
+				if a1.View[i].ID == "id-d0" {
+					a1.View[i].Flags, a1.View[i].PrimaryID = []string{"master"}, ""
+				}
+			}
+			return o
+		}, plan.Action{Kind: plan.Wait}},
+		{"a replacement that has not learned every slot's owner yet is waited for", func(t *testing.T) plan.Observed {
+			o := rollTo(t, 2, 1, []srv{
+				{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"), fresh("d0", 0, "a0"),
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+			d0 := o.Nodes[2].State
+			require.Equal(t, "d0", d0.Name)
+			d0.SlotsAssigned, d0.ClusterState = 8192, "fail"
+			return o
+		}, plan.Action{Kind: plan.Wait}},
 		{"a rolled shard is done: the next shard starts", func(t *testing.T) plan.Observed {
 			c := fresh("c0", 0, "")
 			c.slots = "0-8191"

@@ -55,12 +55,22 @@ func synced(replica, primary *Node) bool {
 		!r.SyncInProgress && primary.State.ReplOffset-r.ReplOffset <= valkeyops.MaxSyncLag
 }
 
+// electable reports whether every server has settled on replica following primary, so a
+// graceful failover to it can win its election (valkeyops.Electable).
+func (v view) electable(replica, primary *Node) bool {
+	voters := make([]*valkeyops.NodeState, len(v.reachable))
+	for i, o := range v.reachable {
+		voters[i] = o.State
+	}
+	return valkeyops.Electable(replica.State, primary.State.ID, voters)
+}
+
 // roll replaces the stale nodes of one shard at a time, lowest shard first, keeping the
 // shard at full strength throughout: a replacement is created first (surge) and must be a
-// synced replica before any stale node goes; stale replicas go before their primary; a
-// stale primary is failed over gracefully to a synced replica, and goes only once the next
-// pass has seen it a replica. Every step is read back from the servers and ValkeyNodes, so
-// an interrupted roll resumes where it stood.
+// synced replica that every server knows as one before any stale node goes; stale replicas
+// go before their primary; a stale primary is failed over gracefully to a synced replica,
+// and goes only once the next pass has seen its slots gone. Every step is read back from
+// the servers and ValkeyNodes, so an interrupted roll resumes where it stood.
 func roll(v view) (Action, bool) {
 	for s := 0; s < v.Shards; s++ {
 		if !v.rolling(s) {
@@ -72,7 +82,7 @@ func roll(v view) (Action, bool) {
 			return Action{Kind: Wait, Reason: fmt.Sprintf("rolling shard %d: waiting for its primary", s)}, true
 		}
 		for _, n := range members {
-			if n != primary && !v.stale(n) && !synced(n, primary) {
+			if n != primary && !v.stale(n) && !(synced(n, primary) && v.electable(n, primary)) {
 				return Action{Kind: Wait, Reason: fmt.Sprintf("rolling shard %d: replacement %s is syncing with %s", s, n.Name, primary.Name)}, true
 			}
 		}

@@ -275,7 +275,7 @@ func joinNew(v view) (Action, bool) {
 	}
 	for _, n := range v.live {
 		p := v.primaryOf(n.Shard)
-		if p == nil || n == p || v.unwanted(n) {
+		if p == nil || n == p || v.unwanted(n) || v.retiring(n) {
 			continue
 		}
 		if !n.inCluster() || n.State.Role != valkeyops.RoleReplica || n.State.PrimaryID != p.State.ID || n.State.LinkState != "up" {
@@ -284,6 +284,11 @@ func joinNew(v view) (Action, bool) {
 	}
 	return Action{}, false
 }
+
+// retiring reports whether roll will retire n: a stale node of a kept shard. It is never
+// attached to its shard's primary: it goes anyway, and it may not be able to follow (an old
+// primary that kept its keys after its slots went to a replacement is refused by REPLICATE).
+func (v view) retiring(n *Node) bool { return v.stale(n) && n.Shard < v.Shards }
 
 func (v view) primaryOf(shard int) *Node {
 	for _, n := range v.byShard[shard] {
