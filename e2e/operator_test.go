@@ -94,3 +94,37 @@ func (o *operator) reconcileTotal() (float64, error) {
 	}
 	return sum, nil
 }
+
+// metric is the value of the operator's series name whose labels include want (0, false
+// when there is none).
+func (o *operator) metric(name string, want map[string]string) (float64, bool, error) {
+	resp, err := http.Get(o.MetricsURL)
+	if err != nil {
+		return 0, false, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, false, fmt.Errorf("GET %s: %s", o.MetricsURL, resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") {
+			continue
+		}
+		labels, value, ok := strings.Cut(strings.TrimPrefix(line, name+"{"), "} ")
+		if !ok {
+			continue
+		}
+		matched := true
+		for k, v := range want {
+			matched = matched && strings.Contains(","+labels+",", ","+k+`="`+v+`",`)
+		}
+		if matched {
+			f, err := strconv.ParseFloat(value, 64)
+			return f, true, err
+		}
+	}
+	return 0, false, sc.Err()
+}

@@ -64,6 +64,37 @@ func TestPlacementAfterScheduling(t *testing.T) {
 	state, _, err := n.state("nowhere")
 	require.NoError(t, err)
 	assert.Equal(t, "Creating", state)
+
+	// The operator's metrics say the same, per cluster, and drop a deleted cluster's series.
+	for _, m := range []struct {
+		name    string
+		cluster string
+		labels  map[string]string
+		want    float64
+	}{
+		{"valkey_cluster_state", "spread", map[string]string{"state": "Active"}, 1},
+		{"valkey_cluster_state", "spread", map[string]string{"state": "Creating"}, 0},
+		{"valkey_cluster_shards_desired", "spread", nil, 3},
+		{"valkey_cluster_replicas_per_shard_desired", "spread", nil, 1},
+		{"valkey_cluster_nodes", "spread", map[string]string{"lifecycle": "Active"}, 6},
+		{"valkey_cluster_nodes_ready", "spread", nil, 6},
+		{"valkey_cluster_slots_assigned", "spread", nil, 16384},
+		{"valkey_cluster_state", "nowhere", map[string]string{"state": "Creating"}, 1},
+	} {
+		labels := map[string]string{"namespace": n.name, "cluster": m.cluster}
+		for k, v := range m.labels {
+			labels[k] = v
+		}
+		n.eventually(30*time.Second, 250*time.Millisecond, fmt.Sprintf("%s%v = %v", m.name, labels, m.want), func() (bool, string, error) {
+			got, found, err := suite.operator.metric(m.name, labels)
+			return found && got == m.want, fmt.Sprintf("found=%v value=%v", found, got), err
+		})
+	}
+	n.kubectl("delete", "valkeycluster", "zoned")
+	n.eventually(30*time.Second, 250*time.Millisecond, "no series of deleted cluster zoned", func() (bool, string, error) {
+		_, found, err := suite.operator.metric("valkey_cluster_state", map[string]string{"namespace": n.name, "cluster": "zoned"})
+		return !found, "", err
+	})
 }
 
 // nodeZones maps every dev cluster node to its zone label.

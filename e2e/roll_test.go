@@ -168,6 +168,10 @@ func TestDay2ConfigEditRolls(t *testing.T) {
 	for name, p := range n.podsByName(cluster) {
 		assert.Equal(t, "payments", p.Annotations["example.com/team"], "replacement pod %s has the podAnnotations", name)
 	}
+	failovers, _, err := suite.operator.metric("valkey_cluster_topology_actions_total",
+		map[string]string{"namespace": n.name, "cluster": cluster, "action": "Failover", "result": "ok"})
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, failovers, 2.0, "each rolled shard's primary failed over, counted in the operator's metrics")
 	finishDay2(t, w, watch, "a config edit rolling 2x1")
 }
 

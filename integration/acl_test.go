@@ -86,3 +86,33 @@ func TestACLLiveChange(t *testing.T) {
 		})
 	}
 }
+
+// The embedded command tables are what the servers know, and CheckCommands refuses exactly
+// the command rules the servers refuse (ACL SETUSER on a real server of each release).
+func TestCommandTablesMatchServers(t *testing.T) {
+	t.Parallel()
+	for _, image := range []string{harness.Image(), harness.Image9()} {
+		t.Run(image, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, harness.Config{Image: image}, 1, 1, valkeyops.Options{})
+			ctx := ctxT(t, time.Minute)
+			snap, err := f.admin.Observe(ctx, f.nodes)
+			require.NoError(t, err)
+			version := snap.Nodes[0].Version
+			require.NotEmpty(t, version)
+			live, err := f.admin.Commands(ctx, f.nodes[0])
+			require.NoError(t, err)
+			table, release := valkeyops.KnownCommands(version)
+			require.True(t, strings.HasPrefix(version, release+"."), "a table for %s itself (run hack/valkey-commands.sh)", version)
+			assert.Equal(t, live.Format(), table.Format(), "valkeyops/commands/valkey-%s.txt is out of date: run hack/valkey-commands.sh", release)
+
+			for _, rule := range []string{"+get", "+nosuchcmd", "+config|get", "-config|set", "+config|nosuch", "+select|0", "-select|0", "+hsetex", "+CLIENT|LIST"} {
+				spec := valkeyops.ACLSpec{Users: []valkeyops.ACLUser{{Name: "probe", Permissions: []valkeyops.ACLPermission{{
+					Commands: []valkeyops.ACLRule{{Name: rule[1:], Allow: rule[0] == '+'}}}}}}}
+				ours := valkeyops.CheckCommands(spec, []string{version})
+				theirs := operatorDo(t, f.nodes[0], operatorPassword, "ACL", "SETUSER", "probe", rule).Error()
+				assert.Equal(t, theirs == nil, ours == nil, "%s on %s: server says %v, CheckCommands says %v", rule, version, theirs, ours)
+			}
+		})
+	}
+}

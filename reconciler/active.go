@@ -188,6 +188,9 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 // report records how an action ended: an Event when it succeeded, a Warning Event when it
 // failed (it is planned again on the next pass).
 func (r *Reconciler) report(p *pass, a plan.Action, err error) {
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.ActionDone(p.key, string(a.Kind), err)
+	}
 	if err != nil {
 		r.warn(p, ReasonTopologyFail, string(a.Kind), fmt.Sprintf("%s (%s) failed: %v", a.Kind, a.Reason, err))
 		return

@@ -285,6 +285,10 @@ func (c *passCounter) ReconcileDone(key types.NamespacedName, _ string, _ time.D
 	n.(*atomic.Int64).Add(1)
 }
 
+func (c *passCounter) ClusterSeen(types.NamespacedName, reconciler.ClusterReport) {}
+func (c *passCounter) ActionDone(types.NamespacedName, string, error)             {}
+func (c *passCounter) ClusterGone(types.NamespacedName)                           {}
+
 func (c *passCounter) of(key types.NamespacedName) int64 {
 	if n, ok := c.m.Load(key); ok {
 		return n.(*atomic.Int64).Load()

@@ -326,7 +326,18 @@ func TestACLConfigMapFollowsRoles(t *testing.T) {
 	r.SetCategories([]views.Rule{{Name: "read", Allow: true}})
 	r.SetCommands([]views.Rule{{Name: "keys", Allow: false}})
 	require.NoError(t, k8s.Create(context.Background(), r.U))
+	good := "user app on #" + hashHex("app-pw") + " %R~app:* resetchannels -@all +@read -keys"
 	require.True(t, pollUntil(waitFor, func() bool {
-		return exists(ns, "c-acl", cm) && appLine(cm) == "user app on #"+hashHex("app-pw")+" %R~app:* resetchannels -@all +@read -keys"
+		return exists(ns, "c-acl", cm) && appLine(cm) == good
 	}), "ACL re-rendered after the role appeared: %q", cm.Data["users.acl"])
+
+	// A command the cluster's Valkey does not know would stop every server that reads the
+	// file at start-up: the edit is refused with a Warning and the last good file stays.
+	require.NoError(t, k8s.Get(context.Background(), client.ObjectKeyFromObject(r.U), r.U))
+	r.SetCommands([]views.Rule{{Name: "keys", Allow: false}, {Name: "nosuchcmd", Allow: true}})
+	require.NoError(t, k8s.Update(context.Background(), r.U))
+	msg := waitEvent(t, key, corev1.EventTypeWarning, "ACLRejected", "+nosuchcmd: no such command")
+	assert.Contains(t, msg, "the nodes keep the last valid ACL")
+	require.True(t, exists(ns, "c-acl", cm))
+	assert.Equal(t, good, appLine(cm), "the last good file stays")
 }

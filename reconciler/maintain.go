@@ -2,14 +2,17 @@ package reconciler
 
 import (
 	"context"
+	"slices"
 	"strings"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/resolve"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	corev1 "k8s.io/api/core/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // The maintenance steps keep the objects every cluster owns in shape, in every state (the
@@ -115,15 +118,24 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 		r.clearWarning(p, ReasonRoleMissing)
 	}
 	// The CRD refuses what it can; what it cannot see (a ValkeyRole's rules combined with a
-	// user's) is checked here. A spec Valkey would refuse never reaches a node: the last good
-	// file stays and nothing is applied live until the spec is fixed.
-	if err := valkeyops.ValidateACL(spec); err != nil {
+	// user's, a command the cluster's Valkey release does not know) is checked here. A spec
+	// Valkey would refuse never reaches a node: the last good file stays and nothing is
+	// applied live until the spec is fixed.
+	versions, err := r.aclVersions(ctx, p)
+	if err != nil {
+		return done(ctrl.Result{}, err)
+	}
+	err = valkeyops.ValidateACL(spec)
+	if err == nil {
+		err = valkeyops.CheckCommands(spec, versions)
+	}
+	if err != nil {
 		r.warn(p, ReasonACLRejected, "RenderACL", "spec.acl not applied, the nodes keep the last valid ACL: "+err.Error())
 		return nil
 	}
 	r.clearWarning(p, ReasonACLRejected)
 	p.acl = spec
-	err := apply(ctx, r, p, owned[*corev1.ConfigMap, *corev1ac.ConfigMapApplyConfiguration]{
+	err = apply(ctx, r, p, owned[*corev1.ConfigMap, *corev1ac.ConfigMapApplyConfiguration]{
 		kind: "ConfigMap", name: render.ACLConfigMapName(p.key.Name), live: &corev1.ConfigMap{},
 		desire: func(bool) (*corev1ac.ConfigMapApplyConfiguration, error) {
 			return render.ACLConfigMap(p.key.Name, p.key.Namespace, valkeyops.RenderACL(spec)).
@@ -132,4 +144,25 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 		extract: corev1ac.ExtractConfigMap,
 	})
 	return r.applied(p, "ConfigMap", err)
+}
+
+// aclVersions are the Valkey versions whose servers must accept the ACL: the one configRef
+// resolves to (the next nodes run it) and those of the cluster's ValkeyNodes (a roll from
+// one release to another runs both). None while nothing resolves and no node exists; every
+// known release must accept the ACL then.
+func (r *Reconciler) aclVersions(ctx context.Context, p *pass) ([]string, error) {
+	var out []string
+	if res, err := resolve.Resolve(ctx, cacheLookup{r.client}, p.cluster.ConfigRef()); err == nil && res.Version != "" {
+		out = append(out, res.Version)
+	}
+	list := views.NewNodeListObject()
+	if err := r.client.List(ctx, list, client.InNamespace(p.key.Namespace), client.MatchingLabels{render.LabelCluster: p.key.Name}); err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		if v := (views.Node{U: &list.Items[i]}).Spec().Version; v != "" && !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out, nil
 }

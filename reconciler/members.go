@@ -34,7 +34,7 @@ func (r *Reconciler) loadMembers(ctx context.Context, p *pass) *outcome {
 		return done(ctrl.Result{}, err)
 	}
 	seen := map[string]bool{}
-	p.nodes = nil
+	p.nodes, p.nodesLoaded = nil, true
 	for i := range list.Items {
 		n := views.Node{U: &list.Items[i]}
 		if !metav1.IsControlledBy(n.U, p.obj) {

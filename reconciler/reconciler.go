@@ -39,12 +39,54 @@ const (
 	DefaultActivePeriod    = 10 * time.Second
 )
 
-// Metrics receives one call per reconcile pass. The operator's metrics endpoint implements
-// it; tests count passes with it to prove an idle window really contained reconciles.
+// Metrics is told what every pass saw and did. The operator's metrics endpoint implements
+// it (package metrics); tests count passes with it to prove an idle window really contained
+// reconciles.
 type Metrics interface {
 	// ReconcileDone reports a finished pass: the step that ended it ("" when every step
 	// ran), how long it took and its error.
 	ReconcileDone(cluster types.NamespacedName, endedAt string, took time.Duration, err error)
+	// ClusterSeen reports what a pass saw of a cluster that exists.
+	ClusterSeen(cluster types.NamespacedName, r ClusterReport)
+	// ActionDone reports one topology action of an Active cluster and how it ended.
+	ActionDone(cluster types.NamespacedName, kind string, err error)
+	// ClusterGone reports a cluster deleted: its series go.
+	ClusterGone(cluster types.NamespacedName)
+}
+
+// ClusterReport is what one pass saw of a cluster.
+type ClusterReport struct {
+	State                    string
+	Shards, ReplicasPerShard int
+	// Nodes counts ValkeyNodes by lifecycle; nil when the pass did not load them (Invalid).
+	Nodes map[string]int
+	// ReadyNodes counts the nodes whose pods are ready, SlotsAssigned the slots the servers
+	// see assigned (the most any reachable server sees); -1 when the pass did not look.
+	ReadyNodes, SlotsAssigned int
+	// CertNotAfter is when the TLS certificate expires (zero without TLS or a valid one).
+	CertNotAfter time.Time
+}
+
+// report is what the pass saw, for Metrics.
+func (p *pass) report() ClusterReport {
+	rep := ClusterReport{State: p.state, Shards: p.cluster.Shards(), ReplicasPerShard: p.cluster.ReplicasPerShard(),
+		ReadyNodes: -1, SlotsAssigned: -1, CertNotAfter: p.certNotAfter}
+	if p.nodesLoaded {
+		rep.Nodes = map[string]int{}
+		for _, n := range p.nodes {
+			rep.Nodes[n.Status().Lifecycle]++
+		}
+		rep.ReadyNodes = len(p.members)
+	}
+	if p.snapshot != nil {
+		rep.SlotsAssigned = 0
+		for _, st := range p.snapshot.Nodes {
+			if st.Reachable {
+				rep.SlotsAssigned = max(rep.SlotsAssigned, st.SlotsAssigned)
+			}
+		}
+	}
+	return rep
 }
 
 // Options configure a Reconciler.
@@ -149,6 +191,10 @@ type pass struct {
 	members  []valkeyops.Node       // the nodes whose pods are ready, as valkeyops sees them
 	valkey   ValkeyClient           // the cluster's client, once connected
 	snapshot *valkeyops.Snapshot    // the servers' own views (Active phase)
+	// nodesLoaded: load-members ran (nodes and members are this pass's).
+	nodesLoaded bool
+	// certNotAfter is when the validated TLS certificate expires (zero without TLS).
+	certNotAfter time.Time
 
 	// requeue, when set, is how soon a step wants the next pass without ending this one
 	// (requeueWithin): it waits on something outside the API, such as a kubelet refreshing a
@@ -241,6 +287,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 		return ctrl.Result{}, nil
 	}
 	p := &pass{key: req.NamespacedName, obj: obj.DeepCopy(), log: log.FromContext(ctx)}
+	if r.opts.Metrics != nil {
+		defer func() { r.opts.Metrics.ClusterSeen(req.NamespacedName, p.report()) }()
+	}
 	p.cluster = views.Cluster{U: p.obj}
 	p.state = p.cluster.EffectiveState()
 	for _, s := range r.steps() {
@@ -273,6 +322,9 @@ func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Unlock()
 	r.logins.forget(key)
 	r.moves.stop(key)
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.ClusterGone(key)
+	}
 	if r.opts.Valkey != nil {
 		r.opts.Valkey.Release(key)
 	}

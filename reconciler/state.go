@@ -38,6 +38,9 @@ func (r *Reconciler) validateTLS(ctx context.Context, p *pass) *outcome {
 		return done(ctrl.Result{}, err)
 	}
 	p.tlsData = sec.Data
+	if res.Leaf != nil {
+		p.certNotAfter = res.Leaf.NotAfter
+	}
 	if res.Expired {
 		r.warn(p, ReasonCertExpired, "ValidateTLS", tlscheck.ExpiryWarning(name, res))
 	} else {

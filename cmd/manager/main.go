@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/reconciler/metrics"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 )
 
 func main() {
@@ -59,6 +61,10 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 	pool := valkeyops.NewPool(nil, func(format string, args ...any) { vlog.V(1).Info(fmt.Sprintf(format, args...)) })
 	defer pool.Close()
 
+	recorder, err := metrics.New(ctrlmetrics.Registry)
+	if err != nil {
+		return fmt.Errorf("registering metrics: %w", err)
+	}
 	mgr, _, err := reconciler.NewManager(ctx, cfg, reconciler.ManagerConfig{
 		Namespace:        *namespace,
 		LeaderElection:   *leaderElect,
@@ -70,6 +76,7 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		PollInterval:     *poll,
 		ActivePeriod:     *activePeriod,
 		Valkey:           reconciler.PoolValkey{Pool: pool},
+		Metrics:          recorder,
 
 		GracefulShutdownTimeout: *shutdownTimeout,
 	})

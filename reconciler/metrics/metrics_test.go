@@ -1,0 +1,124 @@
+package metrics
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
+
+	"github.com/gomomento/valkey-operator/reconciler"
+)
+
+func TestRecorder(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r, err := New(reg)
+	require.NoError(t, err)
+	a := types.NamespacedName{Namespace: "ns", Name: "a"}
+	b := types.NamespacedName{Namespace: "ns", Name: "b"}
+	expiry := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
+
+	r.ClusterSeen(a, reconciler.ClusterReport{State: "Active", Shards: 3, ReplicasPerShard: 1,
+		Nodes: map[string]int{"Active": 6, "Joining": 1}, ReadyNodes: 7, SlotsAssigned: 16384, CertNotAfter: expiry})
+	r.ClusterSeen(b, reconciler.ClusterReport{State: "Invalid", Shards: 1, ReadyNodes: -1, SlotsAssigned: -1})
+	r.ActionDone(a, "Failover", nil)
+	r.ActionDone(a, "Failover", nil)
+	r.ActionDone(a, "Replicate", errors.New("refused"))
+	r.ReconcileDone(a, "observe", time.Second, errors.New("boom"))
+	r.ReconcileDone(a, "", time.Second, nil)
+
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.state.WithLabelValues("ns", "a", "Active")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(r.state.WithLabelValues("ns", "a", "Creating")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.state.WithLabelValues("ns", "b", "Invalid")))
+	assert.Equal(t, 3.0, testutil.ToFloat64(r.shards.WithLabelValues("ns", "a")))
+	assert.Equal(t, 6.0, testutil.ToFloat64(r.nodes.WithLabelValues("ns", "a", "Active")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.nodes.WithLabelValues("ns", "a", "Joining")))
+	assert.Equal(t, 0.0, testutil.ToFloat64(r.nodes.WithLabelValues("ns", "a", "Leaving")))
+	assert.Equal(t, 7.0, testutil.ToFloat64(r.ready.WithLabelValues("ns", "a")))
+	assert.Equal(t, 16384.0, testutil.ToFloat64(r.slots.WithLabelValues("ns", "a")))
+	assert.Equal(t, float64(expiry.Unix()), testutil.ToFloat64(r.certExpiry.WithLabelValues("ns", "a")))
+	assert.Equal(t, 2.0, testutil.ToFloat64(r.actions.WithLabelValues("ns", "a", "Failover", "ok")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.actions.WithLabelValues("ns", "a", "Replicate", "failed")))
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.stepErrors.WithLabelValues("observe")))
+
+	// What a pass did not look at (b is Invalid: no nodes, no servers) has no series.
+	text := gathered(t, reg)
+	assert.NotContains(t, text, `valkey_cluster_nodes{cluster="b"`)
+	assert.NotContains(t, text, `valkey_cluster_slots_assigned{cluster="b"`)
+	assert.NotContains(t, text, `valkey_cluster_tls_certificate_not_after_timestamp_seconds{cluster="b"`)
+
+	r.ClusterGone(a)
+	text = gathered(t, reg)
+	assert.NotContains(t, text, `cluster="a"`, "a deleted cluster's series are dropped")
+	assert.Contains(t, text, `valkey_cluster_state{cluster="b",namespace="ns",state="Invalid"}`)
+	assert.Contains(t, text, `valkey_operator_reconcile_errors_total{step="observe"}`)
+}
+
+// gathered lists every series of reg as name{label="value",...} (labels sorted by name).
+func gathered(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	var b strings.Builder
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			var pairs []string
+			for _, l := range m.GetLabel() {
+				pairs = append(pairs, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			b.WriteString(f.GetName() + "{" + strings.Join(pairs, ",") + "}\n")
+		}
+	}
+	return b.String()
+}
+
+// TestAlertRulesUseOurSeries: every series an alert of examples/monitoring/prometheusrule.yaml
+// names is one the operator serves, so a renamed series cannot leave an alert silently dead.
+func TestAlertRulesUseOurSeries(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r, err := New(reg)
+	require.NoError(t, err)
+	c := types.NamespacedName{Namespace: "ns", Name: "c"}
+	r.ClusterSeen(c, reconciler.ClusterReport{State: "Active", Nodes: map[string]int{}, CertNotAfter: time.Now()})
+	r.ActionDone(c, "Failover", nil)
+	r.ReconcileDone(c, "observe", 0, errors.New("x"))
+	ours := map[string]bool{}
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		ours[f.GetName()] = true
+	}
+
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "monitoring", "prometheusrule.yaml"))
+	require.NoError(t, err)
+	var rule struct {
+		Spec struct {
+			Groups []struct {
+				Rules []struct{ Alert, Expr string }
+			}
+		}
+	}
+	require.NoError(t, yaml.Unmarshal(b, &rule))
+	series := regexp.MustCompile(`\bvalkey_[a-z_]+`)
+	alerts := 0
+	for _, g := range rule.Spec.Groups {
+		for _, a := range g.Rules {
+			alerts++
+			names := series.FindAllString(a.Expr, -1)
+			assert.NotEmpty(t, names, "alert %s", a.Alert)
+			for _, n := range names {
+				assert.True(t, ours[n], "alert %s uses %s, which the operator does not serve", a.Alert, n)
+			}
+		}
+	}
+	assert.GreaterOrEqual(t, alerts, 5)
+}
