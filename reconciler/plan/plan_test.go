@@ -430,6 +430,15 @@ func rollTo(t *testing.T, shards, replicas int, servers []srv) plan.Observed {
 	return o
 }
 
+// surged2x1 is formed2x1 rolling shard 0 with only its stale primary a0 left, followed by two
+// synced replacements c0 and d0.
+func surged2x1() []srv {
+	return []srv{
+		{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"), fresh("d0", 0, "a0"),
+		{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+	}
+}
+
 // fresh is a replacement made from the live spec.
 func fresh(name string, shard int, of string) srv {
 	return srv{name: name, shard: shard, of: of, hash: "h2"}
@@ -484,10 +493,7 @@ func TestRoll(t *testing.T) {
 			})
 		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
 		{"a stale primary fails over gracefully to a synced replacement", func(t *testing.T) plan.Observed {
-			return rollTo(t, 2, 1, []srv{
-				{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"), fresh("d0", 0, "a0"),
-				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
-			})
+			return rollTo(t, 2, 1, surged2x1())
 		}, plan.Action{Kind: plan.Failover, Node: "a0"}},
 		{"after the failover the old primary, now a replica, retires", func(t *testing.T) plan.Observed {
 			c := fresh("c0", 0, "")
@@ -509,10 +515,7 @@ func TestRoll(t *testing.T) {
 			return rollTo(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].linkDown = true; return s }))
 		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
 		{"a replacement not yet known to every primary as a replica is waited for (its election would fail)", func(t *testing.T) plan.Observed {
-			o := rollTo(t, 2, 1, []srv{
-				{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"), fresh("d0", 0, "a0"),
-				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
-			})
+			o := rollTo(t, 2, 1, surged2x1())
 			a1 := o.Nodes[3].State
 			require.Equal(t, "a1", a1.Name)
 			for i := range a1.View {
@@ -523,10 +526,7 @@ func TestRoll(t *testing.T) {
 			return o
 		}, plan.Action{Kind: plan.Wait}},
 		{"a replacement that has not learned every slot's owner yet is waited for", func(t *testing.T) plan.Observed {
-			o := rollTo(t, 2, 1, []srv{
-				{name: "a0", shard: 0, slots: "0-8191"}, fresh("c0", 0, "a0"), fresh("d0", 0, "a0"),
-				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
-			})
+			o := rollTo(t, 2, 1, surged2x1())
 			d0 := o.Nodes[2].State
 			require.Equal(t, "d0", d0.Name)
 			d0.SlotsAssigned, d0.ClusterState = 8192, "fail"
