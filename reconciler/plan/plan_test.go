@@ -232,6 +232,17 @@ func TestNext(t *testing.T) {
 		{"a primary whose pod is being deleted hands over while it still serves", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].pod, s[0].answers = plan.PodLost, true; return s }))
 		}, plan.Action{Kind: plan.Failover, Node: "a0"}},
+		{"a primary being deleted waits for a replica that other servers do not know as one yet", func(t *testing.T) plan.Observed {
+			o := observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].pod, s[0].answers = plan.PodLost, true; return s }))
+			a1 := o.Nodes[2].State
+			require.Equal(t, "a1", a1.Name)
+			for i := range a1.View {
+				if a1.View[i].ID == "id-b0" {
+					a1.View[i].Flags, a1.View[i].PrimaryID = []string{"master"}, ""
+				}
+			}
+			return o
+		}, plan.Action{Kind: plan.Wait}},
 		{"a primary being deleted without a linked replica is not handed over", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
 				s[0].pod, s[0].answers, s[1].linkDown = plan.PodLost, true, true

@@ -384,10 +384,24 @@ func handOver(v view) (Action, bool) {
 		if d == nil || !d.Reachable || d.Role != valkeyops.RolePrimary || len(d.Slots) == 0 {
 			continue
 		}
+		voters := []*valkeyops.NodeState{d}
 		for _, o := range v.reachable {
-			if o.State.Role == valkeyops.RoleReplica && o.State.PrimaryID == d.ID && o.State.LinkState == "up" {
+			voters = append(voters, o.State)
+		}
+		var settling *Node
+		for _, o := range v.reachable {
+			if o.State.Role != valkeyops.RoleReplica || o.State.PrimaryID != d.ID || o.State.LinkState != "up" {
+				continue
+			}
+			if valkeyops.Electable(o.State, d.ID, voters) {
 				return Action{Kind: Failover, Node: n.Name, Reason: fmt.Sprintf("%s is being deleted: its slots go to a replica first", n.Name)}, true
 			}
+			settling = o
+		}
+		if settling != nil {
+			// A replica that joined a moment ago cannot win the election yet; its pod's
+			// preStop keeps the primary serving for a few seconds more.
+			return Action{Kind: Wait, Reason: fmt.Sprintf("%s is being deleted: its replica %s is settling before the handover", n.Name, settling.Name)}, true
 		}
 	}
 	return Action{}, false
