@@ -25,6 +25,13 @@ func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
 			snap := waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
 			c := dataClient(t, f.nodes)
 			fill(t, c, "f:", 20_000)
+			snap, err := f.admin.Observe(ctx, f.nodes)
+			require.NoError(t, err)
+			var keys int64
+			for _, p := range snap.Primaries() {
+				keys += p.Keys
+			}
+			assert.Equal(t, int64(20_000), keys, "Observe reads each primary's key count (INFO keyspace)")
 
 			var primary, replica *valkeyops.NodeState
 			for _, p := range snap.Primaries() {
@@ -40,7 +47,7 @@ func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
 			remaining := without(f.nodes, replica.Name)
 			// Until its pod goes the removed node still tells clients where every slot is
 			// (a reset one would say no node serves any), and no other node lists it.
-			snap, err := f.admin.Observe(ctx, f.nodes)
+			snap, err = f.admin.Observe(ctx, f.nodes)
 			require.NoError(t, err)
 			assert.Equal(t, valkeyops.SlotCount, snap.ByName(replica.Name).SlotsAssigned, "the removed node still knows every slot's owner")
 			for _, n := range remaining {

@@ -38,6 +38,7 @@ type NodeState struct {
 	CurrentEpoch   uint64
 	ReplOffset     int64 // master_repl_offset (replicas: offset processed from their primary)
 	SyncInProgress bool
+	Keys           int64  // keys in db0, the only database in cluster mode
 	Version        string // valkey_version from INFO server, e.g. "8.0.1"
 	View           []ClusterNode
 }
@@ -169,7 +170,7 @@ func (a *Admin) observeOne(ctx context.Context, n Node) NodeState {
 	defer cancel()
 	// Three commands a node: an idle Active cluster is observed every few seconds, so each
 	// one counts (INFO takes several sections at once since Valkey 7).
-	cmds := [][]string{{"CLUSTER", "NODES"}, {"CLUSTER", "INFO"}, {"INFO", "replication", "server"}}
+	cmds := [][]string{{"CLUSTER", "NODES"}, {"CLUSTER", "INFO"}, {"INFO", "replication", "server", "keyspace"}}
 	res, err := a.multi(ctx, n, "observe", cmds)
 	var serverSaid *valkey.ValkeyError
 	if err != nil && !errors.As(err, &serverSaid) && ctx.Err() == nil {
@@ -197,13 +198,14 @@ func (a *Admin) observeOne(ctx context.Context, n Node) NodeState {
 	st.Reachable = true
 	st.View = view
 	info := parseInfo(texts[1])
-	node := parseInfo(texts[2]) // the replication and server sections
+	node := parseInfo(texts[2]) // the replication, server and keyspace sections
 	st.ClusterState = info["cluster_state"]
 	st.KnownNodes, _ = strconv.Atoi(info["cluster_known_nodes"])
 	st.SlotsAssigned, _ = strconv.Atoi(info["cluster_slots_assigned"])
 	st.CurrentEpoch, _ = strconv.ParseUint(info["cluster_current_epoch"], 10, 64)
 	st.ReplOffset, _ = strconv.ParseInt(node["master_repl_offset"], 10, 64)
 	st.SyncInProgress = node["master_sync_in_progress"] == "1"
+	st.Keys = keysIn(node["db0"])
 	st.Version = node["valkey_version"]
 	if st.Version == "" {
 		st.Version = node["redis_version"]
@@ -223,6 +225,18 @@ func (a *Admin) observeOne(ctx context.Context, n Node) NodeState {
 		}
 	}
 	return st
+}
+
+// keysIn reads keys=N from an INFO keyspace value ("keys=3,expires=0,avg_ttl=0"); 0 when
+// the database holds no key (INFO then has no line for it).
+func keysIn(db string) int64 {
+	for _, field := range strings.Split(db, ",") {
+		if v, ok := strings.CutPrefix(field, "keys="); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // parseInfo turns an INFO/CLUSTER INFO reply into key -> value.

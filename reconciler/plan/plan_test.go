@@ -32,6 +32,7 @@ type srv struct {
 	slow      time.Duration // with pod PodStarting: how long it has not been ready
 	hash      string        // spec hash; default "h1"
 	lag       int64         // a replica's offset behind its primary
+	keys      int64         // keys the server holds
 }
 
 // ghost is a node ID some servers still know: a dead node.
@@ -118,7 +119,7 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 			if st.SlotsAssigned == valkeyops.SlotCount {
 				st.ClusterState = "ok"
 			}
-			st.Role, st.LinkState, st.ReplOffset = valkeyops.RolePrimary, "up", 1000
+			st.Role, st.LinkState, st.ReplOffset, st.Keys = valkeyops.RolePrimary, "up", 1000, s.keys
 			if s.of != "" {
 				st.Role, st.PrimaryID, st.ReplOffset = valkeyops.RoleReplica, self.PrimaryID, 1000-s.lag
 				if s.linkDown {
@@ -243,6 +244,18 @@ func TestNext(t *testing.T) {
 			}
 			return o
 		}, plan.Action{Kind: plan.Wait}},
+		{"a primary left without slots but with keys cannot become a replica: it is replaced", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, []srv{
+				{name: "a0", shard: 0, keys: 50}, {name: "c0", shard: 0, slots: "0-8191"},
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"a0"}}},
+		{"an empty primary without slots joins its shard as a replica", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, []srv{
+				{name: "a0", shard: 0}, {name: "c0", shard: 0, slots: "0-8191"},
+				{name: "a1", shard: 1, slots: "8192-16383"}, {name: "b1", shard: 1, of: "a1"},
+			})
+		}, plan.Action{Kind: plan.Replicate, Node: "a0"}},
 		{"a primary being deleted without a linked replica is not handed over", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
 				s[0].pod, s[0].answers, s[1].linkDown = plan.PodLost, true, true

@@ -278,6 +278,12 @@ func joinNew(v view) (Action, bool) {
 		if p == nil || n == p || v.unwanted(n) || v.retiring(n) {
 			continue
 		}
+		if n.reachable() && n.State.Role == valkeyops.RolePrimary && len(n.State.Slots) == 0 && n.State.Keys > 0 {
+			// A primary left without slots but with keys (its slots went to another node and
+			// it did not follow): Valkey refuses to make it a replica, and its keys belong to
+			// slots another node serves. It is replaced.
+			return Action{Kind: MarkLeaving, Nodes: []string{n.Name}, Reason: fmt.Sprintf("%s holds %d keys of slots it no longer serves and cannot become a replica; a replacement follows", n.Name, n.State.Keys)}, true
+		}
 		if !n.inCluster() || n.State.Role != valkeyops.RoleReplica || n.State.PrimaryID != p.State.ID || n.State.LinkState != "up" {
 			return Action{Kind: Replicate, Node: n.Name, Reason: fmt.Sprintf("%s joins shard %d as a replica", n.Name, n.Shard)}, true
 		}
