@@ -7,7 +7,8 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
-// The rules of Next, in its order. Each returns its action and true when it applies.
+// The rules of Next that form and reshape the topology (the healing ones are in heal.go).
+// Each returns its action and true when it applies.
 
 func resumeMoves(v view) (Action, bool) {
 	for _, n := range v.reachable {
@@ -21,29 +22,6 @@ func resumeMoves(v view) (Action, bool) {
 		}
 	}
 	return Action{}, false
-}
-
-// failing reports whether a reachable server flags id as failing: its process has not
-// answered for a node timeout.
-func (v view) failing(id string) bool {
-	for _, o := range v.reachable {
-		if peer := o.State.Peer(id); peer != nil && peer.Failing() {
-			return true
-		}
-	}
-	return false
-}
-
-// canElect reports whether the slot-holding primaries other than dead are a majority of all
-// slot-holding primaries: only then can Valkey elect a replica of dead by itself.
-func (v view) canElect(dead string) bool {
-	alive := 0
-	for id := range v.owners {
-		if id != dead && v.ids[id] != nil {
-			alive++
-		}
-	}
-	return 2*alive > len(v.owners)
 }
 
 // leavingID is the Valkey ID a Leaving node has or had, and whether another server knows it.
@@ -100,85 +78,6 @@ func (v view) followed(n *Node) bool {
 	return false
 }
 
-// waitFailover guards every shard whose slots are still owned, in the servers' views, by an
-// ID no reachable server has any more (its primary was lost, or restarted empty). Nothing
-// else happens to the cluster until a replica owns those slots: Valkey's own failover
-// promotes one when a majority of primaries survives; otherwise the best replica takes over,
-// but only once the old primary is surely gone (its pod deleted, or flagged failing by its
-// peers), never while it may still serve.
-func waitFailover(v view) (Action, bool) {
-	var dead []string
-	for id := range v.owners {
-		if v.ids[id] == nil {
-			dead = append(dead, id)
-		}
-	}
-	sort.Strings(dead)
-	for _, id := range dead {
-		name, gone, exited := id, false, false
-		for i := range v.Nodes {
-			if n := &v.Nodes[i]; n.RecordedID == id {
-				name, gone, exited = n.Name, n.Pod == PodGone, n.Exited
-			}
-		}
-		var best *Node
-		for _, o := range v.reachable {
-			if o.State.Role == valkeyops.RoleReplica && o.State.PrimaryID == id && (best == nil || o.State.ReplOffset > best.State.ReplOffset) {
-				best = o
-			}
-		}
-		switch {
-		case best == nil && (gone || v.failing(id)):
-			return Action{Kind: DropSlots, IDs: []string{id}, Reason: fmt.Sprintf("lost %s held %d slots and had no replica: the data of those slots is lost; they go to an empty replacement", name, v.owners[id])}, true
-		case best == nil:
-			return Action{Kind: Wait, Reason: "waiting until lost " + name + " (no replica) is surely gone"}, true
-		case exited && v.canElect(id):
-			return Action{Kind: ForceFailover, Node: best.Name, Reason: fmt.Sprintf("lost %s: its server exited; %s is elected at once", name, best.Name)}, true
-		case !v.canElect(id) && (gone || v.failing(id)):
-			return Action{Kind: Takeover, Node: best.Name, Reason: fmt.Sprintf("lost %s: too few primaries survive to elect %s, which takes over", name, best.Name)}, true
-		default:
-			return Action{Kind: Wait, Reason: "waiting for a replica to take over the slots of lost " + name}, true
-		}
-	}
-	return Action{}, false
-}
-
-func dropLost(v view) (Action, bool) {
-	var lost []*Node
-	for _, n := range v.live {
-		if n.Lifecycle == Joining && n.Pod == PodGone && n.RecordedID == "" && (v.Hash == "" || n.Hash == v.Hash) {
-			// It stopped before it ever answered: most likely a setting Valkey refuses at
-			// start-up (a ConfigRejected Event names it). Replacing it from the same spec would
-			// only repeat that, so wait for the user; once the config is edited, its spec is
-			// stale and it is replaced below like any lost node.
-			return Action{Kind: Wait, Warning: true, Reason: "the server of new node " + n.Name + " stopped before it joined (a setting Valkey refuses at start-up?); fix the ValkeyConfig, or see `kubectl logs " + n.Name + "` and delete that pod to retry"}, true
-		}
-		if n.lost() || v.failedRunning(n) {
-			lost = append(lost, n)
-		}
-	}
-	if len(lost) == 0 {
-		return Action{}, false
-	}
-	return Action{Kind: MarkLeaving, Nodes: names(lost), Reason: fmt.Sprintf("pod of %v lost; a replacement follows", names(lost))}, true
-}
-
-// failedRunning reports whether a joined node whose pod still runs (ready or not: a frozen
-// process still completes TCP handshakes) does not answer and is flagged `fail` by its peers:
-// a hung, frozen or cut-off server. The cluster has already given up on it (its replica takes
-// over), so it is replaced like a lost pod; deleting its ValkeyNode stops the pod.
-func (v view) failedRunning(n *Node) bool {
-	if n.lost() || n.Lifecycle == Joining || n.reachable() || n.RecordedID == "" {
-		return false
-	}
-	for _, o := range v.reachable {
-		if peer := o.State.Peer(n.RecordedID); peer != nil && peer.HasFlag("fail") {
-			return true
-		}
-	}
-	return false
-}
-
 func createMissing(v view) (Action, bool) {
 	var shards []int
 	for s := 0; s < v.Shards; s++ {
@@ -209,36 +108,6 @@ func waitStarting(v view) (Action, bool) {
 		return Action{Kind: Wait, Reason: n.Name + " is starting"}, true
 	}
 	return Action{}, false
-}
-
-// forgetDead forgets IDs that servers flag as failed and that belong to no live node. A
-// failed ID that still owns slots is left to Valkey's own failover: forgetting it would
-// orphan them.
-func forgetDead(v view) (Action, bool) {
-	alive := map[string]bool{}
-	for _, n := range v.live {
-		if n.reachable() {
-			alive[n.State.ID] = true
-		} else if n.RecordedID != "" {
-			alive[n.RecordedID] = true
-		}
-	}
-	var dead []string
-	seen := map[string]bool{}
-	for _, n := range v.reachable {
-		for _, peer := range n.State.View {
-			if alive[peer.ID] || seen[peer.ID] || v.owners[peer.ID] > 0 || !(peer.Failing() || peer.HasFlag("noaddr")) {
-				continue
-			}
-			seen[peer.ID] = true
-			dead = append(dead, peer.ID)
-		}
-	}
-	if len(dead) == 0 {
-		return Action{}, false
-	}
-	sort.Strings(dead)
-	return Action{Kind: Forget, IDs: dead, Reason: fmt.Sprintf("forgetting %d failed node(s) that are gone", len(dead))}, true
 }
 
 // joined reports whether every node of a shard is in the cluster, one of them primary and
@@ -378,77 +247,4 @@ func activateJoined(v view) (Action, bool) {
 		return Action{}, false
 	}
 	return Action{Kind: MarkActive, Nodes: names(out), Reason: fmt.Sprintf("%v joined", names(out))}, true
-}
-
-// handOver fails a primary whose pod is being deleted over to its best in-sync replica while
-// it still serves (its pod's preStop keeps it up for a few seconds): CLUSTER FAILOVER pauses
-// its writes only until the replica has caught up, so a planned deletion loses nothing.
-func handOver(v view) (Action, bool) {
-	for i := range v.Nodes {
-		n := &v.Nodes[i]
-		d := n.dying
-		if d == nil || !d.Reachable || d.Role != valkeyops.RolePrimary || len(d.Slots) == 0 {
-			continue
-		}
-		voters := []*valkeyops.NodeState{d}
-		for _, o := range v.reachable {
-			voters = append(voters, o.State)
-		}
-		var settling *Node
-		for _, o := range v.reachable {
-			if o.State.Role != valkeyops.RoleReplica || o.State.PrimaryID != d.ID || o.State.LinkState != "up" {
-				continue
-			}
-			if valkeyops.Electable(o.State, d.ID, voters) {
-				return Action{Kind: Failover, Node: n.Name, Reason: fmt.Sprintf("%s is being deleted: its slots go to a replica first", n.Name)}, true
-			}
-			settling = o
-		}
-		if settling != nil {
-			// A replica that joined a moment ago cannot win the election yet; its pod's
-			// preStop keeps the primary serving for a few seconds more.
-			return Action{Kind: Wait, Reason: fmt.Sprintf("%s is being deleted: its replica %s is settling before the handover", n.Name, settling.Name)}, true
-		}
-	}
-	return Action{}, false
-}
-
-// adoptOrphans gives slots that nobody owns any more (their only copy was lost and dropped)
-// to the empty primary of a shard that has no slot-holding primary, else to the primary
-// holding the fewest; balance evens them out afterwards.
-func adoptOrphans(v view) (Action, bool) {
-	var missing []int
-	for s, ok := range v.covered {
-		if !ok {
-			missing = append(missing, s)
-		}
-	}
-	if len(missing) == 0 || len(v.reachable) == 0 {
-		return Action{}, false
-	}
-	var target *Node
-	for s := 0; s < v.Shards && target == nil; s++ {
-		if v.primaryOf(s) != nil {
-			continue
-		}
-		for _, n := range v.byShard[s] {
-			if n.reachable() && n.State.Role == valkeyops.RolePrimary {
-				target = n
-				break
-			}
-		}
-	}
-	if target == nil {
-		for s := 0; s < v.Shards; s++ {
-			p := v.primaryOf(s)
-			if p != nil && (target == nil || valkeyops.CountSlots(p.State.Slots) < valkeyops.CountSlots(target.State.Slots)) {
-				target = p
-			}
-		}
-	}
-	if target == nil {
-		return Action{}, false
-	}
-	ranges := valkeyops.CompactSlots(missing)
-	return Action{Kind: AssignSlots, Node: target.Name, Slots: ranges, Reason: fmt.Sprintf("%d slots owned by nobody go to %s", len(missing), target.Name)}, true
 }
