@@ -120,10 +120,7 @@ func BestReplica(snap *Snapshot, primaryID string) *NodeState {
 	if p == nil {
 		return nil
 	}
-	var voters []*NodeState
-	for _, o := range snap.Primaries() {
-		voters = append(voters, o)
-	}
+	voters := snap.Primaries()
 	var best *NodeState
 	for _, r := range snap.ReplicasOf(primaryID) {
 		if r.LinkState != "up" || r.SyncInProgress || r.Failing() || !Electable(r, primaryID, voters) {

@@ -153,10 +153,7 @@ func handOver(v view) (Action, bool) {
 		if d == nil || !d.Reachable || d.Role != valkeyops.RolePrimary || len(d.Slots) == 0 {
 			continue
 		}
-		voters := []*valkeyops.NodeState{d}
-		for _, o := range v.reachable {
-			voters = append(voters, o.State)
-		}
+		voters := append(v.servers(), d) // the dying primary still votes
 		var settling *Node
 		for _, o := range v.reachable {
 			if o.State.Role != valkeyops.RoleReplica || o.State.PrimaryID != d.ID || o.State.LinkState != "up" {

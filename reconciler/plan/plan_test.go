@@ -235,13 +235,7 @@ func TestNext(t *testing.T) {
 		}, plan.Action{Kind: plan.Failover, Node: "a0"}},
 		{"a primary being deleted waits for a replica that other servers do not know as one yet", func(t *testing.T) plan.Observed {
 			o := observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].pod, s[0].answers = plan.PodLost, true; return s }))
-			a1 := o.Nodes[2].State
-			require.Equal(t, "a1", a1.Name)
-			for i := range a1.View {
-				if a1.View[i].ID == "id-b0" {
-					a1.View[i].Flags, a1.View[i].PrimaryID = []string{"master"}, ""
-				}
-			}
+			seesPrimary(t, o, "a1", "id-b0")
 			return o
 		}, plan.Action{Kind: plan.Wait}},
 		{"a primary left without slots but with keys cannot become a replica: it is replaced", func(t *testing.T) plan.Observed {
@@ -454,6 +448,22 @@ func rollTo(t *testing.T, shards, replicas int, servers []srv) plan.Observed {
 	return o
 }
 
+// seesPrimary makes server observer's view list node id as a primary (it has not yet learned
+// that id became a replica).
+func seesPrimary(t *testing.T, o plan.Observed, observer, id string) {
+	t.Helper()
+	for _, n := range o.Nodes {
+		if n.Name != observer {
+			continue
+		}
+		peer := n.State.Peer(id)
+		require.NotNil(t, peer, "%s knows %s", observer, id)
+		peer.Flags, peer.PrimaryID = []string{"master"}, ""
+		return
+	}
+	t.Fatalf("no server %s", observer)
+}
+
 // surged2x1 is formed2x1 rolling shard 0 with only its stale primary a0 left, followed by two
 // synced replacements c0 and d0.
 func surged2x1() []srv {
@@ -540,13 +550,7 @@ func TestRoll(t *testing.T) {
 		}, plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
 		{"a replacement not yet known to every primary as a replica is waited for (its election would fail)", func(t *testing.T) plan.Observed {
 			o := rollTo(t, 2, 1, surged2x1())
-			a1 := o.Nodes[3].State
-			require.Equal(t, "a1", a1.Name)
-			for i := range a1.View {
-				if a1.View[i].ID == "id-d0" {
-					a1.View[i].Flags, a1.View[i].PrimaryID = []string{"master"}, ""
-				}
-			}
+			seesPrimary(t, o, "a1", "id-d0")
 			return o
 		}, plan.Action{Kind: plan.Wait}},
 		{"a replacement that has not learned every slot's owner yet is waited for", func(t *testing.T) plan.Observed {

@@ -58,11 +58,16 @@ func synced(replica, primary *Node) bool {
 // electable reports whether every server has settled on replica following primary, so a
 // graceful failover to it can win its election (valkeyops.Electable).
 func (v view) electable(replica, primary *Node) bool {
-	voters := make([]*valkeyops.NodeState, len(v.reachable))
+	return valkeyops.Electable(replica.State, primary.State.ID, v.servers())
+}
+
+// servers are the reachable servers' own reports.
+func (v view) servers() []*valkeyops.NodeState {
+	out := make([]*valkeyops.NodeState, len(v.reachable))
 	for i, o := range v.reachable {
-		voters[i] = o.State
+		out[i] = o.State
 	}
-	return valkeyops.Electable(replica.State, primary.State.ID, voters)
+	return out
 }
 
 // roll replaces the stale nodes of one shard at a time, lowest shard first, keeping the
