@@ -4,9 +4,11 @@ import (
 	"context"
 	"embed"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Command tables: the commands (and subcommands) each Valkey release knows, one file per
@@ -25,13 +27,7 @@ type CommandTable map[string][]string
 // Format renders the table as a command file.
 func (t CommandTable) Format() string {
 	var b strings.Builder
-	for _, name := range slices.Sorted(func(yield func(string) bool) {
-		for k := range t {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, name := range slices.Sorted(maps.Keys(t)) {
 		b.WriteString(strings.Join(append([]string{name}, t[name]...), " ") + "\n")
 	}
 	return b.String()
@@ -56,8 +52,11 @@ type release struct {
 
 func (r release) String() string { return fmt.Sprintf("%d.%d", r.major, r.minor) }
 
-// releases are the embedded tables, oldest first.
-func releases() []release {
+// releases are the embedded tables, oldest first, parsed once: every pass of every cluster
+// checks its ACL against them.
+var releases = sync.OnceValue(parseReleases)
+
+func parseReleases() []release {
 	entries, err := commandFiles.ReadDir("commands")
 	if err != nil {
 		panic(err) // embedded at build time
@@ -105,7 +104,8 @@ func releaseFor(version string) release {
 	return best
 }
 
-// KnownCommands is the embedded table used for a Valkey version, and the release it is for.
+// KnownCommands is the embedded table used for a Valkey version (shared: read it, do not
+// change it), and the release it is for.
 func KnownCommands(version string) (CommandTable, string) {
 	r := releaseFor(version)
 	return r.table, r.String()
