@@ -8,6 +8,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -45,6 +46,34 @@ func TestOnRealAPIServer(t *testing.T) {
 			got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, d.Name, metav1.GetOptions{})
 			require.NoError(t, err)
 			assert.True(t, established(got), "%s not Established", d.Name)
+		}
+	})
+
+	t.Run("kubectl explain describes every field", func(t *testing.T) {
+		defs, err := crds.Definitions()
+		require.NoError(t, err)
+		for _, d := range defs {
+			resource := d.Spec.Names.Plural
+			for _, v := range d.Spec.Versions {
+				if !v.Served {
+					continue
+				}
+				apiVersion := "--api-version=" + d.Spec.Group + "/" + v.Name
+				// The API server publishes a CRD's OpenAPI shortly after it is Established.
+				require.NoError(t, poll.Until(ctx, 200*time.Millisecond, 30*time.Second, "kubectl explain "+resource, func(ctx context.Context) (bool, string, error) {
+					_, err := kubectl(env, "", "explain", resource, apiVersion)
+					if err != nil {
+						return false, err.Error(), nil
+					}
+					return true, "", nil
+				}))
+				for _, path := range explainPaths(resource, v.Schema.OpenAPIV3Schema) {
+					out, err := kubectl(env, "", "explain", path, apiVersion)
+					require.NoError(t, err, out)
+					assert.NotContains(t, out, "<empty>", "kubectl explain %s:\n%s", path, out)
+					assert.NotContains(t, out, "<no description>", "kubectl explain %s:\n%s", path, out)
+				}
+			}
 		}
 	})
 
@@ -223,6 +252,30 @@ func TestOnRealAPIServer(t *testing.T) {
 		assert.Error(t, user.Delete(ctx, "c-0000b", metav1.DeleteOptions{}), "users may not delete ValkeyNodes")
 		assert.NoError(t, op.Delete(ctx, "c-0000b", metav1.DeleteOptions{}))
 	})
+}
+
+// explainPaths lists the kubectl explain paths (resource.field.field, arrays traversed
+// transparently as kubectl does) of the resource itself and of every field that has fields of
+// its own, directly or through its array items. kubectl explain of such a path prints the
+// node's description and the description of each of its fields, so together they show every
+// field's description.
+func explainPaths(resource string, root *apiextensionsv1.JSONSchemaProps) []string {
+	out := []string{resource}
+	var walk func(path string, s *apiextensionsv1.JSONSchemaProps)
+	walk = func(path string, s *apiextensionsv1.JSONSchemaProps) {
+		for name, p := range s.Properties {
+			for p.Items != nil && p.Items.Schema != nil && len(p.Properties) == 0 {
+				p = *p.Items.Schema
+			}
+			if len(p.Properties) > 0 {
+				out = append(out, path+"."+name)
+				walk(path+"."+name, &p)
+			}
+		}
+	}
+	walk(resource, root)
+	sort.Strings(out)
+	return out
 }
 
 func established(crd *apiextensionsv1.CustomResourceDefinition) bool {

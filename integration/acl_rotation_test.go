@@ -38,6 +38,7 @@ func TestReadAuthAgreesWithSpec(t *testing.T) {
 			t.Parallel()
 			spec := aclSpec(rich...)
 			spec.OperatorExtraHashes = []string{valkeyops.HashPassword("next-operator-secret")}
+			spec.ReplicationExtraHashes = []string{valkeyops.HashPassword(valkeyops.ReplicationPassword("next-operator-secret"))}
 			f := newFixture(t, harness.Config{Image: img.image, ACL: spec}, 1, 2, valkeyops.Options{})
 			ctx := ctxT(t, 2*time.Minute)
 			require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 1))
@@ -46,14 +47,14 @@ func TestReadAuthAgreesWithSpec(t *testing.T) {
 			held := readAuth(t, f.admin, f.nodes)
 			for _, st := range held {
 				assert.Empty(t, valkeyops.ACLDrift(spec, st.Users), "%s holds the file it started with", st.Node.Name)
-				assert.Equal(t, valkeyops.OperatorUser, st.MasterUser, "%s", st.Node.Name)
-				assert.Equal(t, valkeyops.HashPassword(operatorPassword), st.MasterAuthHash, "%s: masterauth as Bootstrap set it", st.Node.Name)
+				assert.Equal(t, valkeyops.ReplicationUser, st.MasterUser, "%s", st.Node.Name)
+				assert.Equal(t, valkeyops.HashPassword(valkeyops.ReplicationPassword(operatorPassword)), st.MasterAuthHash, "%s: masterauth as Bootstrap set it", st.Node.Name)
 			}
 
 			edited := aclSpec(rich[0])
 			edited.Users[0].PasswordHashes = edited.Users[0].PasswordHashes[1:]
 			for _, st := range held {
-				assert.Equal(t, []string{"user app: password hashes differ", "user nobody: not in the spec", "user operator: password hashes differ"},
+				assert.Equal(t, []string{"user app: password hashes differ", "user nobody: not in the spec", "user operator: password hashes differ", "user replication: password hashes differ"},
 					valkeyops.ACLDrift(edited, st.Users), "%s", st.Node.Name)
 			}
 			require.NoError(t, f.admin.ApplyACL(ctx, f.nodes, edited))
@@ -65,8 +66,9 @@ func TestReadAuthAgreesWithSpec(t *testing.T) {
 }
 
 // TestCredentialRotationLive rotates the operator's password the way the operator does while
-// a writer runs: the new password is added (both accepted), the replication login moves to
-// it, then the old one is removed. The old password is then refused everywhere, and a replica
+// a writer runs: the new password is added (both accepted, and both replication passwords
+// derived from them), the replication login moves to the new one, then the old ones are
+// removed. The old password is then refused everywhere, and a replica
 // whose link to its primary breaks re-authenticates with the new one. A negative control
 // proves the check: with a masterauth nobody accepts, the link stays down and the primary's
 // ACL LOG records the refusal. The application password is replaced too: connections already
@@ -90,6 +92,7 @@ func TestCredentialRotationLive(t *testing.T) {
 			// 1. Both operator passwords accepted everywhere.
 			both := aclSpec()
 			both.OperatorExtraHashes = []string{valkeyops.HashPassword(newOperator)}
+			both.ReplicationExtraHashes = []string{valkeyops.HashPassword(valkeyops.ReplicationPassword(newOperator))}
 			require.NoError(t, f.admin.ApplyACL(ctx, f.nodes, both))
 			next := newAdmin(t, newOperator)
 			for _, a := range []*valkeyops.Admin{f.admin, next} {
@@ -101,7 +104,8 @@ func TestCredentialRotationLive(t *testing.T) {
 			// 2. The replication login follows the new login.
 			require.NoError(t, next.SyncReplicationAuth(ctx, f.nodes))
 			for _, st := range readAuth(t, next, f.nodes) {
-				assert.Equal(t, valkeyops.HashPassword(newOperator), st.MasterAuthHash, "%s", st.Node.Name)
+				assert.Equal(t, valkeyops.ReplicationUser, st.MasterUser, "%s", st.Node.Name)
+				assert.Equal(t, valkeyops.HashPassword(valkeyops.ReplicationPassword(newOperator)), st.MasterAuthHash, "%s", st.Node.Name)
 			}
 
 			// 3. The old password goes; the application password is replaced at once.
@@ -110,6 +114,7 @@ func TestCredentialRotationLive(t *testing.T) {
 			require.NoError(t, next.ApplyACL(ctx, f.nodes, after))
 			for _, n := range f.nodes {
 				assertRefused(t, n, valkeyops.OperatorUser, operatorPassword)
+				assertRefused(t, n, valkeyops.ReplicationUser, valkeyops.ReplicationPassword(operatorPassword))
 				assertRefused(t, n, "default", defaultPassword)
 				assertAccepted(t, n, valkeyops.OperatorUser, newOperator)
 				assertAccepted(t, n, "default", newDefault)
@@ -127,7 +132,7 @@ func TestCredentialRotationLive(t *testing.T) {
 			assert.Zero(t, authFailures(t, primary.Node, newOperator), "the primary refused no replication login")
 
 			// Negative control: a replication login nobody accepts keeps the link down.
-			setMasterAuth(t, replica.Node, newOperator, operatorPassword)
+			setMasterAuth(t, replica.Node, newOperator, valkeyops.ReplicationPassword(operatorPassword))
 			breakLink(t, primary.Node, replica.Node, newOperator)
 			require.Eventually(t, func() bool { return authFailures(t, primary.Node, newOperator) > 0 }, 30*time.Second, 50*time.Millisecond,
 				"the primary refuses the replica's old password")
@@ -212,7 +217,7 @@ func breakLink(t *testing.T, primary, replica valkeyops.Node, password string) {
 	require.NoError(t, operatorDo(t, replica, password, "CLIENT", "KILL", "TYPE", "master").Error())
 }
 
-// authFailures counts the refused logins as the operator's user in n's ACL LOG.
+// authFailures counts the refused logins as the replication user in n's ACL LOG.
 func authFailures(t *testing.T, n valkeyops.Node, password string) int {
 	t.Helper()
 	entries, err := operatorDo(t, n, password, "ACL", "LOG").ToArray()
@@ -224,7 +229,7 @@ func authFailures(t *testing.T, n valkeyops.Node, password string) int {
 		reason, user := m["reason"], m["username"]
 		r, _ := reason.ToString()
 		u, _ := user.ToString()
-		if r == "auth" && u == valkeyops.OperatorUser {
+		if r == "auth" && u == valkeyops.ReplicationUser {
 			count++
 		}
 	}

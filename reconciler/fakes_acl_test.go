@@ -176,7 +176,8 @@ func (c *fakeClient) SyncReplicationAuth(ctx context.Context, nodes []valkeyops.
 		if cred.Password == "" {
 			return &valkeyops.OpError{Node: n.Name, Step: "set-replication-auth", Err: errors.New("fake: the client's password is unknown")}
 		}
-		s.masterUser, s.masterAuthHash = cred.Username, valkeyops.HashPassword(cred.Password)
+		user, pw := valkeyops.ReplicationLogin(cred.Password)
+		s.masterUser, s.masterAuthHash = user, valkeyops.HashPassword(pw)
 	}
 	return nil
 }

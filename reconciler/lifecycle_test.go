@@ -12,6 +12,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/gomomento/valkey-operator/valkeyops"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -89,13 +90,16 @@ func TestCreatingToActive(t *testing.T) {
 	assert.Len(t, sec.Data["password"], 64)
 	assert.Len(t, sec.Data["operator-password"], 64)
 	assert.NotEqual(t, sec.Data["password"], sec.Data["operator-password"])
-	assert.Equal(t, "masteruser operator\nmasterauth "+string(sec.Data["operator-password"])+"\n", string(sec.Data["replication.conf"]))
+	assert.Equal(t, "masteruser replication\nmasterauth "+valkeyops.ReplicationPassword(string(sec.Data["operator-password"]))+"\n", string(sec.Data["replication.conf"]))
 	cm := &corev1.ConfigMap{}
 	getObj(t, cm, ns, "c1-acl")
-	// The exact file: both users, each password only as its hash; the applications' default
-	// user administers nothing.
+	// The exact file: the three users, each password only as its hash; the applications'
+	// default user administers nothing, the replication user only replicates (no CLUSTER
+	// SYNCSLOTS: the image is Valkey 8.0).
 	assert.Equal(t, "user default on #"+hashHex(string(sec.Data["password"]))+" ~* resetchannels &* +@all -@admin -@dangerous +info\n"+
-		"user operator on #"+hashHex(string(sec.Data["operator-password"]))+" ~* resetchannels &* +@all\n", cm.Data["users.acl"])
+		"user operator on #"+hashHex(string(sec.Data["operator-password"]))+" ~* resetchannels &* +@all\n"+
+		"user replication on #"+hashHex(valkeyops.ReplicationPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +psync +sync +replconf +ping\n",
+		cm.Data["users.acl"])
 	for _, o := range []client.Object{svc, sec, cm} {
 		assert.True(t, metav1.IsControlledBy(o, cluster.U), "%s owned by the cluster", o.GetName())
 		assert.Equal(t, "valkey-operator", o.GetLabels()["app.kubernetes.io/managed-by"])

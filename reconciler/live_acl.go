@@ -49,14 +49,16 @@ const (
 
 // credentialsPlan is what one pass changes on the servers.
 type credentialsPlan struct {
-	// replication lists the members whose replication login is not the operator's login.
-	replication []valkeyops.Node
 	// fixes are the members whose ACL differs from what they should hold, grouped by the
-	// ACL they should hold (they differ only by the operator hashes a node keeps).
+	// ACL they should hold (they differ only by the password hashes a node keeps). They are
+	// applied first: a replication login set afterwards must find its user everywhere.
 	fixes []aclFix
+	// replication lists the members whose replication login (masteruser, masterauth) is not
+	// the one that goes with the operator's login.
+	replication []valkeyops.Node
 	// switchLogin: every node accepts the wanted operator password; record it as the login.
 	switchLogin bool
-	// retired: the servers stop accepting a previous operator password.
+	// retired: the servers stop accepting a previous password.
 	retired bool
 	// waiting names the nodes a rotation waits for ("" when it waits for none).
 	waiting string
@@ -69,13 +71,15 @@ type aclFix struct {
 	users []string
 }
 
-// planCredentials decides what a pass changes. spec is the cluster's ACL with the operator
-// user logging in with login; wanted is the operator password of the auth Secret; nodes
-// names every ValkeyNode of the cluster; held is what the ready ones hold. It is pure.
+// planCredentials decides what a pass changes. spec is the cluster's ACL; login is the
+// operator password the servers are known to accept, wanted the auth Secret's; nodes names
+// every ValkeyNode of the cluster; held is what the ready ones hold. It is pure.
 //
-// Only what differs is changed. The operator user accepts login and wanted; while some node
-// is not readable it also keeps, on each server, every hash that server already accepts:
-// the unseen node may be a replica that authenticates with one of them.
+// Only what differs is changed. The operator and replication users accept the passwords of
+// login and wanted (rotating). A server keeps every other hash it accepts while a password
+// may still be in use: while some node is not readable (it may be a replica that
+// authenticates with one of them) and while some server's replication login is still to be
+// changed (its replica may reconnect with the old one before this pass changes it).
 func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []string, held []valkeyops.AuthState) credentialsPlan {
 	var plan credentialsPlan
 	read := map[string]bool{}
@@ -90,32 +94,35 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 			unseen = append(unseen, n)
 		}
 	}
-	complete := len(unseen) == 0
-	loginHash := valkeyops.HashPassword(login)
-	base := spec
-	base.OperatorPassword = login
-	base.OperatorExtraHashes = rotationHashes(login, wanted)
+	replUser, replPassword := valkeyops.ReplicationLogin(login)
+	for _, st := range held {
+		if st.Err == nil && (st.MasterUser != replUser || st.MasterAuthHash != valkeyops.HashPassword(replPassword)) {
+			plan.replication = append(plan.replication, st.Node)
+		}
+	}
+	keepAll := len(unseen) > 0 || len(plan.replication) > 0
+	base := rotating(spec, login, wanted)
 
 	byExtras := map[string]int{}
 	for _, st := range held {
 		if st.Err != nil {
 			continue
 		}
-		if st.MasterUser != valkeyops.OperatorUser || st.MasterAuthHash != loginHash {
-			plan.replication = append(plan.replication, st.Node)
-		}
 		want := base
-		if !complete {
-			want.OperatorExtraHashes = append(slices.Clone(base.OperatorExtraHashes), st.OperatorHashes()...)
-		} else if len(extraHashes(st.OperatorHashes(), login, wanted)) > 0 {
+		stale := extraHashes(st.OperatorHashes(), login, wanted)
+		staleRepl := extraHashes(st.ReplicationHashes(), valkeyops.ReplicationPassword(login), valkeyops.ReplicationPassword(wanted))
+		if keepAll {
+			want.OperatorExtraHashes = append(slices.Clone(base.OperatorExtraHashes), stale...)
+			want.ReplicationExtraHashes = append(slices.Clone(base.ReplicationExtraHashes), staleRepl...)
+		} else if len(stale)+len(staleRepl) > 0 {
 			plan.retired = true
 		}
 		drift := valkeyops.ACLDrift(want, st.Users)
 		if len(drift) == 0 {
 			continue
 		}
-		// Group by the operator user's hash set, the only part that varies between nodes.
-		k := strings.Join(slices.Compact(slices.Sorted(slices.Values(want.OperatorExtraHashes))), ",")
+		// Group by the hash sets, the only part that varies between nodes.
+		k := strings.Join(sortedSet(want.OperatorExtraHashes), ",") + "/" + strings.Join(sortedSet(want.ReplicationExtraHashes), ",")
 		i, ok := byExtras[k]
 		if !ok {
 			i = len(plan.fixes)
@@ -131,7 +138,7 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 		}
 	}
 	if login != wanted {
-		if complete {
+		if len(unseen) == 0 {
 			plan.switchLogin = true
 		} else {
 			plan.waiting = strings.Join(unseen, ", ")
@@ -140,13 +147,18 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 	return plan
 }
 
-// rotationHashes are the operator user's hashes besides the login password's: the wanted
-// password's while a rotation to it is under way.
-func rotationHashes(login, wanted string) []string {
-	if wanted == "" || wanted == login {
-		return nil
+// rotating is spec with the operator logging in with login, and both sides of a rotation
+// from login to wanted accepted: the operator and replication users accept the wanted
+// password's hash (the replication user that of the password derived from it) besides the
+// login's. A node started now gets this, and every server holds it before the switch.
+func rotating(spec valkeyops.ACLSpec, login, wanted string) valkeyops.ACLSpec {
+	spec.OperatorPassword = login
+	spec.OperatorExtraHashes, spec.ReplicationExtraHashes = nil, nil
+	if wanted != "" && wanted != login {
+		spec.OperatorExtraHashes = []string{valkeyops.HashPassword(wanted)}
+		spec.ReplicationExtraHashes = []string{valkeyops.HashPassword(valkeyops.ReplicationPassword(wanted))}
 	}
-	return []string{valkeyops.HashPassword(wanted)}
+	return spec
 }
 
 // extraHashes are the hashes of have that are neither login's nor wanted's.
@@ -158,6 +170,10 @@ func extraHashes(have []string, login, wanted string) []string {
 		}
 	}
 	return out
+}
+
+func sortedSet(s []string) []string {
+	return slices.Compact(slices.Sorted(slices.Values(s)))
 }
 
 // syncCredentials reads every member's credentials and brings them to what the cluster
@@ -189,12 +205,6 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 		r.warn(p, ReasonACLApplyFailed, action, fmt.Sprintf("%s failed: %v", action, err))
 		return nil
 	}
-	if len(plan.replication) > 0 {
-		if err := p.valkey.SyncReplicationAuth(actx, plan.replication); err != nil {
-			return fail("SyncReplicationAuth", err)
-		}
-		p.log.Info("replication login set", "nodes", nodeNames(plan.replication))
-	}
 	for _, f := range plan.fixes {
 		if err := p.valkey.ApplyACL(actx, f.nodes, f.spec); err != nil {
 			return fail("ApplyACL", err)
@@ -202,9 +212,15 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 		r.event(p, nil, ReasonACLApplied, "ApplyACL", "ACL applied live and verified on %d node(s) (%s); users changed: %s",
 			len(f.nodes), strings.Join(nodeNames(f.nodes), ", "), strings.Join(f.users, ", "))
 	}
+	if len(plan.replication) > 0 {
+		if err := p.valkey.SyncReplicationAuth(actx, plan.replication); err != nil {
+			return fail("SyncReplicationAuth", err)
+		}
+		p.log.Info("replication login set", "nodes", nodeNames(plan.replication))
+	}
 	r.clearWarning(p, ReasonACLApplyFailed)
 	if plan.retired && len(plan.fixes) > 0 {
-		r.event(p, nil, ReasonCredentialRotated, "RetireOperatorPassword", "No node accepts the previous operator password any more")
+		r.event(p, nil, ReasonCredentialRotated, "RetireOperatorPassword", "No node accepts the previous operator and replication passwords any more")
 	}
 	if plan.waiting != "" {
 		p.log.Info("operator password rotation waits for nodes to be ready", "nodes", plan.waiting)

@@ -2,6 +2,7 @@ package reconciler
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/gomomento/valkey-operator/valkeyops"
@@ -15,15 +16,24 @@ func TestPlanCredentials(t *testing.T) {
 	const c, d = "old-operator-pw", "new-operator-pw"
 	app := valkeyops.ACLUser{Name: "app", PasswordHashes: []string{valkeyops.HashPassword("app-pw")}}
 	spec := valkeyops.ACLSpec{DefaultPassword: "default-pw", Users: []valkeyops.ACLUser{app}}
-	// holds is a readable server holding spec with the operator user accepting logins, and
-	// replicating with masterauth.
+	// holds is a readable server holding spec with the operator user accepting logins (and
+	// the replication user the passwords derived from them), replicating with the login that
+	// goes with masterauth.
 	holds := func(name string, s valkeyops.ACLSpec, masterauth string, logins ...string) valkeyops.AuthState {
 		s.OperatorPassword = logins[0]
 		for _, l := range logins[1:] {
 			s.OperatorExtraHashes = append(s.OperatorExtraHashes, valkeyops.HashPassword(l))
+			s.ReplicationExtraHashes = append(s.ReplicationExtraHashes, valkeyops.HashPassword(valkeyops.ReplicationPassword(l)))
 		}
+		user, pw := valkeyops.ReplicationLogin(masterauth)
 		return valkeyops.AuthState{Node: valkeyops.Node{Name: name}, Users: s.Expected(),
-			MasterUser: valkeyops.OperatorUser, MasterAuthHash: valkeyops.HashPassword(masterauth)}
+			MasterUser: user, MasterAuthHash: valkeyops.HashPassword(pw)}
+	}
+	// asOperator is st replicating as the operator user, as servers did before the
+	// replication user existed.
+	asOperator := func(st valkeyops.AuthState, pw string) valkeyops.AuthState {
+		st.MasterUser, st.MasterAuthHash = valkeyops.OperatorUser, valkeyops.HashPassword(pw)
+		return st
 	}
 	unreadable := func(name string) valkeyops.AuthState {
 		return valkeyops.AuthState{Node: valkeyops.Node{Name: name}, Err: errors.New("node unreachable")}
@@ -48,7 +58,7 @@ func TestPlanCredentials(t *testing.T) {
 		switchLogin  bool
 		retired      bool
 		waitingFor   string
-		acceptsExtra []string // hashes a fix keeps besides login and wanted (incomplete view)
+		acceptsExtra []string // passwords a fix keeps besides login and wanted (incomplete view)
 	}{
 		{
 			name: "converged: nothing to do", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
@@ -82,13 +92,13 @@ func TestPlanCredentials(t *testing.T) {
 		{
 			name: "rotation, first pass: the new password is added everywhere, then logged in with", login: c, want: d, spec: spec, nodes: []string{"a", "b"},
 			held:        []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
-			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"operator"}, logins: []string{c, d}}},
+			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"operator", "replication"}, logins: []string{c, d}}},
 			switchLogin: true,
 		},
 		{
 			name: "rotation waits for a node that is not a ready server", login: c, want: d, spec: spec, nodes: []string{"a", "b", "starting"},
 			held:       []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c, d)},
-			fixes:      []fix{{nodes: []string{"a"}, users: []string{"operator"}, logins: []string{c, d}}},
+			fixes:      []fix{{nodes: []string{"a"}, users: []string{"operator", "replication"}, logins: []string{c, d}}},
 			waitingFor: "starting",
 		},
 		{
@@ -97,11 +107,20 @@ func TestPlanCredentials(t *testing.T) {
 			waitingFor: "b",
 		},
 		{
-			name: "rotation, second pass: masterauth follows the login, then the old password goes", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
+			name: "rotation, second pass: masterauth follows the login, the old password stays", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
 			held:        []valkeyops.AuthState{holds("a", spec, c, c, d), holds("b", spec, c, c, d)},
 			replication: []string{"a", "b"},
-			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"operator"}, logins: []string{d}}},
-			retired:     true,
+		},
+		{
+			name: "rotation, third pass: every masterauth follows the login, the old password goes", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
+			held:    []valkeyops.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
+			fixes:   []fix{{nodes: []string{"a", "b"}, users: []string{"operator", "replication"}, logins: []string{d}}},
+			retired: true,
+		},
+		{
+			name: "a server replicating as the operator moves to the replication user", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
+			held:        []valkeyops.AuthState{holds("a", spec, c, c), asOperator(holds("b", spec, c, c), c)},
+			replication: []string{"b"},
 		},
 		{
 			name: "while a node is unseen no server loses an operator password", login: d, want: d, spec: spec, nodes: []string{"a", "b", "new"},
@@ -112,12 +131,12 @@ func TestPlanCredentials(t *testing.T) {
 			name: "while a node is unseen an ACL edit keeps every operator password a server has", login: d, want: d, spec: spec, nodes: []string{"a", "new"},
 			held:         []valkeyops.AuthState{holds("a", withoutApp, d, d, "older-pw")},
 			fixes:        []fix{{nodes: []string{"a"}, users: []string{"app"}, logins: []string{d}}},
-			acceptsExtra: []string{valkeyops.HashPassword("older-pw")},
+			acceptsExtra: []string{"older-pw"},
 		},
 		{
 			name: "once every node is seen a stale operator password goes", login: d, want: d, spec: spec, nodes: []string{"a"},
 			held:    []valkeyops.AuthState{holds("a", spec, d, d, "older-pw")},
-			fixes:   []fix{{nodes: []string{"a"}, users: []string{"operator"}, logins: []string{d}}},
+			fixes:   []fix{{nodes: []string{"a"}, users: []string{"operator", "replication"}, logins: []string{d}}},
 			retired: true,
 		},
 		{
@@ -134,22 +153,21 @@ func TestPlanCredentials(t *testing.T) {
 			var fixes []fix
 			for _, f := range plan.fixes {
 				got := fix{nodes: nodeNames(f.nodes), users: f.users}
-				hashes := f.spec.Expected()[valkeyops.OperatorUser].Hashes
-				extra := map[string]bool{}
-				for _, h := range hashes {
-					extra[h] = true
-				}
+				users := f.spec.Expected()
 				for _, l := range []string{c, d} {
-					if extra[valkeyops.HashPassword(l)] {
+					if slices.Contains(users[valkeyops.OperatorUser].Hashes, valkeyops.HashPassword(l)) {
 						got.logins = append(got.logins, l)
-						delete(extra, valkeyops.HashPassword(l))
 					}
 				}
-				var rest []string
-				for h := range extra {
-					rest = append(rest, h)
+				// The operator user accepts exactly the logins and the kept passwords; the
+				// replication user the passwords derived from the same ones.
+				var op, repl []string
+				for _, pw := range append(slices.Clone(got.logins), tt.acceptsExtra...) {
+					op = append(op, valkeyops.HashPassword(pw))
+					repl = append(repl, valkeyops.HashPassword(valkeyops.ReplicationPassword(pw)))
 				}
-				assert.ElementsMatch(t, tt.acceptsExtra, rest, "hashes kept besides the login and wanted passwords")
+				assert.ElementsMatch(t, op, users[valkeyops.OperatorUser].Hashes, "operator user's passwords")
+				assert.ElementsMatch(t, repl, users[valkeyops.ReplicationUser].Hashes, "replication user's passwords")
 				assert.Equal(t, tt.spec.DefaultPassword, f.spec.DefaultPassword)
 				assert.Equal(t, tt.login, f.spec.OperatorPassword, "the login is always accepted")
 				fixes = append(fixes, got)

@@ -78,11 +78,14 @@ func TestLiveCredentials(t *testing.T) {
 			if err := hashesAre(s, valkeyops.OperatorUser, op); err != nil {
 				return err
 			}
+			if err := hashesAre(s, valkeyops.ReplicationUser, valkeyops.ReplicationPassword(op)); err != nil {
+				return err
+			}
 			if err := hashesAre(s, "default", app); err != nil {
 				return err
 			}
-			if s.masterUser != valkeyops.OperatorUser || s.masterAuthHash != valkeyops.HashPassword(op) {
-				return fmt.Errorf("masterauth is not the operator password")
+			if s.masterUser != valkeyops.ReplicationUser || s.masterAuthHash != valkeyops.HashPassword(valkeyops.ReplicationPassword(op)) {
+				return fmt.Errorf("the replication login is not the one derived from the operator password")
 			}
 			return nil
 		})
@@ -90,7 +93,7 @@ func TestLiveCredentials(t *testing.T) {
 			return string(secret("c-auth-applied")["operator-password"]) == string(auth["operator-password"]) &&
 				fake.lastCredentials(key).Password == string(auth["operator-password"])
 		}), "%s: the record and the login follow", what)
-		assert.Equal(t, "masteruser operator\nmasterauth "+string(auth["operator-password"])+"\n", string(secret("c-auth")["replication.conf"]),
+		assert.Equal(t, "masteruser replication\nmasterauth "+valkeyops.ReplicationPassword(string(auth["operator-password"]))+"\n", string(secret("c-auth")["replication.conf"]),
 			"%s: new pods start with the new replication login", what)
 		assert.Zero(t, fakeCreds.refusedCount(key), "%s: no server ever refused the operator's login", what)
 		return auth
@@ -135,7 +138,7 @@ func TestLiveCredentials(t *testing.T) {
 	assert.Equal(t, "a-new-operator-password", string(second["operator-password"]))
 	assert.Equal(t, first["password"], second["password"], "the application password is untouched")
 	waitEvent(t, key, corev1.EventTypeNormal, "CredentialRotated", "logs in with it")
-	waitEvent(t, key, corev1.EventTypeNormal, "CredentialRotated", "previous operator password")
+	waitEvent(t, key, corev1.EventTypeNormal, "CredentialRotated", "previous operator and replication passwords")
 
 	// The auth Secret deleted: everything regenerated, then rotated live.
 	require.NoError(t, k8s.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "c-auth"}}))

@@ -108,7 +108,7 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 	spec, missing := render.ACLSpec(p.cluster.ACL(), p.cluster.DefaultUserOn(), role, p.defaultPassword, p.operatorPassword)
 	// Both sides of an operator password rotation: a node started now must accept the
 	// password the operator logs in with and the one it is rotating to.
-	spec.OperatorExtraHashes = rotationHashes(p.operatorPassword, p.operatorPasswordWanted)
+	spec = rotating(spec, p.operatorPassword, p.operatorPasswordWanted)
 	if lookupErr != nil {
 		return done(ctrl.Result{}, lookupErr)
 	}
@@ -125,6 +125,7 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 	if err != nil {
 		return done(ctrl.Result{}, err)
 	}
+	spec.ReplicationSyncsSlots = valkeyops.ReplicationSyncsSlots(versions)
 	err = valkeyops.ValidateACL(spec)
 	if err == nil {
 		err = valkeyops.CheckCommands(spec, versions)

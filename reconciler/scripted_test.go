@@ -561,9 +561,11 @@ func (m *valkeyModel) configSet(w *writeOp, s *modelServer, kv ...string) error 
 	if err := m.cmd(w, s, append([]string{"CONFIG", "SET"}, kv...)...); err != nil {
 		return err
 	}
+	// The primary accepts the replication user with the password derived from the
+	// operator's, as the rendered ACL says.
 	for i := 0; i+1 < len(kv); i += 2 {
 		if kv[i] == "masterauth" {
-			s.masterauth = kv[i+1] == m.password
+			s.masterauth = kv[i+1] == valkeyops.ReplicationPassword(m.password)
 		}
 	}
 	return nil
@@ -834,7 +836,8 @@ func (c *scriptedClient) Bootstrap(ctx context.Context, nodes []valkeyops.Node, 
 			return err
 		}
 		for _, x := range ms {
-			if err := m.configSet(w, x.modelServer, "masteruser", valkeyops.OperatorUser, "masterauth", m.password); err != nil {
+			user, pw := valkeyops.ReplicationLogin(m.password)
+			if err := m.configSet(w, x.modelServer, "masteruser", user, "masterauth", pw); err != nil {
 				return err
 			}
 		}
@@ -971,7 +974,8 @@ func (m *valkeyModel) attach(w *writeOp, s, p *modelServer) error {
 	if len(m.slotsOf(s.id)) > 0 {
 		return scriptedOpErr(s.node.Name, "replicate", fmt.Errorf("%w: node owns slots", valkeyops.ErrUnsafe))
 	}
-	if err := m.configSet(w, s, "masteruser", valkeyops.OperatorUser, "masterauth", m.password); err != nil {
+	user, pw := valkeyops.ReplicationLogin(m.password)
+	if err := m.configSet(w, s, "masteruser", user, "masterauth", pw); err != nil {
 		return err
 	}
 	return m.replicate(w, s, p.id)

@@ -2,6 +2,7 @@ package valkeyops
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -13,6 +14,43 @@ import (
 
 // OperatorUser is the ACL user the operator authenticates as.
 const OperatorUser = "operator"
+
+// ReplicationUser is the ACL user replicas log in to their primary as (masteruser), and the
+// one a Valkey 9 source node logs in to the target as for an atomic slot migration. It may
+// run only what those links need (replicationAccess), so its password, which every node
+// holds in its config (masterauth) and which CONFIG GET would show an administrator, opens
+// nothing else.
+const ReplicationUser = "replication"
+
+// ReplicationPassword derives the replication user's password from the operator password
+// (HMAC-SHA256, hex). Derived rather than stored: it needs no state of its own, it changes
+// exactly when the operator password is rotated (and rotates by the same two phases), and
+// it reveals nothing of the operator password it was derived from.
+func ReplicationPassword(operatorPassword string) string {
+	m := hmac.New(sha256.New, []byte(operatorPassword))
+	m.Write([]byte("valkey-operator/replication"))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// syncSlotsCommand is what a Valkey 9 source node runs on the target of an atomic slot
+// migration, logged in as the replication user.
+const syncSlotsCommand = "cluster|syncslots"
+
+// ReplicationSyncsSlots reports whether every release of versions knows CLUSTER SYNCSLOTS,
+// so the replication user may be granted it: an ACL file naming a command its server does
+// not know stops that server at start-up, so while any node runs an older release (or no
+// version is known) the grant is left out, and atomic migrations fall back to MIGRATE.
+func ReplicationSyncsSlots(versions []string) bool {
+	if len(versions) == 0 {
+		return false
+	}
+	for _, v := range versions {
+		if t, _ := KnownCommands(v); t.refuses(ACLRule{Name: syncSlotsCommand, Allow: true}) != "" {
+			return false
+		}
+	}
+	return true
+}
 
 // ACLRule allows or denies one category (without "@") or one command (e.g. "config|get").
 type ACLRule struct {
@@ -50,6 +88,12 @@ type ACLSpec struct {
 	// everywhere before anyone logs in with it, and the old one must stay accepted while a
 	// connection or a replica's masterauth may still use it.
 	OperatorExtraHashes []string
+	// ReplicationExtraHashes are, likewise, further hashes the replication user accepts
+	// besides ReplicationPassword(OperatorPassword)'s, while its password rotates.
+	ReplicationExtraHashes []string
+	// ReplicationSyncsSlots grants the replication user CLUSTER SYNCSLOTS (see
+	// ReplicationSyncsSlots); set it only when every server of the cluster knows it.
+	ReplicationSyncsSlots bool
 	// DefaultUserOff turns the default user off: no one can log in with DefaultPassword.
 	DefaultUserOff bool
 	Users          []ACLUser
@@ -74,12 +118,17 @@ func ValidateACL(spec ACLSpec) error {
 	if spec.DefaultPassword == "" || spec.OperatorPassword == "" {
 		return opErr("", "acl-validate", fmt.Errorf("%w: default and operator passwords are required", ErrInvalidSpec))
 	}
-	for _, h := range spec.OperatorExtraHashes {
-		if !aclHashRe.MatchString(strings.ToLower(h)) {
-			return opErr("", "acl-validate", fmt.Errorf("%w: user %q: password hash must be 64 hex digits", ErrInvalidSpec, OperatorUser))
+	for _, extra := range []struct {
+		user   string
+		hashes []string
+	}{{OperatorUser, spec.OperatorExtraHashes}, {ReplicationUser, spec.ReplicationExtraHashes}} {
+		for _, h := range extra.hashes {
+			if !aclHashRe.MatchString(strings.ToLower(h)) {
+				return opErr("", "acl-validate", fmt.Errorf("%w: user %q: password hash must be 64 hex digits", ErrInvalidSpec, extra.user))
+			}
 		}
 	}
-	seen := map[string]bool{"default": true, OperatorUser: true}
+	seen := map[string]bool{"default": true, OperatorUser: true, ReplicationUser: true}
 	for _, u := range spec.Users {
 		bad := func(format string, args ...any) error {
 			return opErr("", "acl-validate", fmt.Errorf("%w: user %q: %s", ErrInvalidSpec, u.Name, fmt.Sprintf(format, args...)))
@@ -201,6 +250,17 @@ func appAccess() aclPermRules {
 	return aclPermRules{commands: []string{"+@all", "-@admin", "-@dangerous", "+info"}, keys: []string{"~*"}, channels: []string{"&*"}}
 }
 
+// replicationAccess is what a replica needs on its primary (PSYNC/SYNC, REPLCONF, PING)
+// and, with syncSlots, what a Valkey 9 atomic slot migration's source runs on its target.
+// No key or channel: the replication stream is applied as the primary's, not this user's.
+func replicationAccess(syncSlots bool) aclPermRules {
+	cmds := []string{"-@all", "+psync", "+sync", "+replconf", "+ping"}
+	if syncSlots {
+		cmds = append(cmds, "+"+syncSlotsCommand)
+	}
+	return aclPermRules{commands: cmds}
+}
+
 func permRules(p ACLPermission) aclPermRules {
 	r := aclPermRules{commands: []string{"-@all"}}
 	for _, c := range p.Categories {
@@ -232,7 +292,8 @@ func sign(allow bool) string {
 	return "-"
 }
 
-// users returns every user of the spec in file order: default, operator, then spec users.
+// users returns every user of the spec in file order: default, operator, replication, then
+// spec users.
 // The default user gets the applications' access (appAccess), or is off; the operator's user
 // gets +@all because it needs every command it issues, including those MIGRATE, replication
 // and atomic slot migration run on its behalf (a missing one stalls rebalances or loses keys
@@ -241,6 +302,7 @@ func (spec ACLSpec) users() []aclUserRules {
 	out := []aclUserRules{
 		{name: "default", off: spec.DefaultUserOff, hashes: []string{HashPassword(spec.DefaultPassword)}, root: appAccess()},
 		{name: OperatorUser, hashes: spec.operatorHashes(), root: allAccess()},
+		{name: ReplicationUser, hashes: loginFirst(ReplicationPassword(spec.OperatorPassword), spec.ReplicationExtraHashes), root: replicationAccess(spec.ReplicationSyncsSlots)},
 	}
 	for _, u := range spec.Users {
 		r := aclUserRules{name: u.Name, root: aclPermRules{commands: []string{"-@all"}}}
@@ -259,12 +321,17 @@ func (spec ACLSpec) users() []aclUserRules {
 	return out
 }
 
-// operatorHashes are the operator user's hashes: its login password's first, then the extra
-// ones sorted and without repeats, so the rendered file depends only on the set.
+// operatorHashes are the operator user's hashes (see loginFirst).
 func (spec ACLSpec) operatorHashes() []string {
-	login := HashPassword(spec.OperatorPassword)
+	return loginFirst(spec.OperatorPassword, spec.OperatorExtraHashes)
+}
+
+// loginFirst are a user's hashes: its login password's first, then the extra ones sorted
+// and without repeats, so the rendered file depends only on the set.
+func loginFirst(password string, extraHashes []string) []string {
+	login := HashPassword(password)
 	var extra []string
-	for _, h := range spec.OperatorExtraHashes {
+	for _, h := range extraHashes {
 		if h = strings.ToLower(h); h != login {
 			extra = append(extra, h)
 		}

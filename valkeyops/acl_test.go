@@ -13,7 +13,7 @@ func TestRenderACL(t *testing.T) {
 	tests := []struct {
 		name  string
 		users []ACLUser
-		want  []string // lines after default and operator
+		want  []string // lines after default, operator and replication
 	}{
 		{name: "no spec users"},
 		{
@@ -45,13 +45,51 @@ func TestRenderACL(t *testing.T) {
 			spec := ACLSpec{DefaultPassword: "d", OperatorPassword: "o", Users: tt.users}
 			require.NoError(t, ValidateACL(spec))
 			got := strings.Split(strings.TrimSuffix(RenderACL(spec), "\n"), "\n")
-			require.GreaterOrEqual(t, len(got), 2)
+			require.GreaterOrEqual(t, len(got), 3)
 			assert.Equal(t, "user default on #"+HashPassword("d")+" ~* resetchannels &* +@all -@admin -@dangerous +info", got[0], "the applications' login administers nothing")
 			assert.Equal(t, "user operator on #"+HashPassword("o")+" ~* resetchannels &* +@all", got[1])
+			assert.Equal(t, "user replication on #"+HashPassword(ReplicationPassword("o"))+" resetchannels -@all +psync +sync +replconf +ping", got[2],
+				"replicas' login runs only replication")
 			// Every line is asserted whole, so no plaintext password can hide in the file.
-			assert.Equal(t, tt.want, nilIfEmpty(got[2:]))
+			assert.Equal(t, tt.want, nilIfEmpty(got[3:]))
 		})
 	}
+}
+
+// TestReplicationUser: the replication user's password is not the operator's and reveals
+// nothing of it; it is granted CLUSTER SYNCSLOTS only when every release of the cluster
+// knows it; extra hashes keep it through a rotation; no spec user can take its name.
+func TestReplicationUser(t *testing.T) {
+	pw := ReplicationPassword("o")
+	assert.NotEqual(t, "o", pw)
+	assert.NotContains(t, pw, "o-")
+	assert.Len(t, pw, 64)
+	assert.Equal(t, pw, ReplicationPassword("o"), "derived, so the same for the same operator password")
+	assert.NotEqual(t, pw, ReplicationPassword("o2"), "rotates with the operator password")
+
+	for _, tt := range []struct {
+		versions []string
+		want     bool
+	}{
+		{nil, false},
+		{[]string{"8.0.1"}, false},
+		{[]string{"9.1.2"}, true},
+		{[]string{"9.1.2", "8.0.1"}, false},
+	} {
+		assert.Equal(t, tt.want, ReplicationSyncsSlots(tt.versions), "%v", tt.versions)
+	}
+	spec := ACLSpec{DefaultPassword: "d", OperatorPassword: "o", ReplicationSyncsSlots: true,
+		ReplicationExtraHashes: []string{HashPassword(ReplicationPassword("o2"))}}
+	require.NoError(t, ValidateACL(spec))
+	got := spec.Expected()[ReplicationUser]
+	assert.Equal(t, "-@all +psync +sync +replconf +ping +cluster|syncslots", got.Selectors[0].Commands)
+	assert.ElementsMatch(t, []string{HashPassword(pw), HashPassword(ReplicationPassword("o2"))}, got.Hashes)
+
+	spec.ReplicationExtraHashes = []string{"o2"}
+	assert.ErrorIs(t, ValidateACL(spec), ErrInvalidSpec, "a hash must be a hash")
+	spec.ReplicationExtraHashes = nil
+	spec.Users = []ACLUser{{Name: ReplicationUser}}
+	assert.ErrorIs(t, ValidateACL(spec), ErrInvalidSpec, "the name is reserved")
 }
 
 func nilIfEmpty(s []string) []string {

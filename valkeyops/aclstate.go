@@ -143,6 +143,9 @@ type AuthState struct {
 // OperatorHashes are the hashes the node's operator user accepts.
 func (s AuthState) OperatorHashes() []string { return s.Users[OperatorUser].Hashes }
 
+// ReplicationHashes are the hashes the node's replication user accepts.
+func (s AuthState) ReplicationHashes() []string { return s.Users[ReplicationUser].Hashes }
+
 // ReadAuth reads, from every node in parallel and without changing anything, its ACL users
 // (ACL USERS, then ACL GETUSER for each) and its replication login (CONFIG GET). A node that
 // cannot be read is reported in its AuthState.Err, never dropped; the error is only for a
@@ -216,15 +219,29 @@ func configValue(r valkey.ValkeyResult, key string) (string, error) {
 	return m[key], nil
 }
 
+// ReplicationLogin is the login replicas use (masteruser, masterauth) on a cluster whose
+// operator logs in with operatorPassword: the replication user, never the operator's.
+func ReplicationLogin(operatorPassword string) (user, password string) {
+	return ReplicationUser, ReplicationPassword(operatorPassword)
+}
+
+// setReplicationLogin sets n's replication login to the one that goes with the password
+// this Admin logs in with.
+func (a *Admin) setReplicationLogin(ctx context.Context, n Node) error {
+	user, pw := ReplicationLogin(a.opts.Credentials.Password)
+	_, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", user, "masterauth", pw)
+	return err
+}
+
 // SyncReplicationAuth sets, on every node, the login its replication uses (masteruser and
-// masterauth) to the credentials this Admin logs in with, as Bootstrap does, and verifies it
-// by reading it back. Replicas use it the next time they connect to their primary; an
-// established replication link is not disturbed.
+// masterauth) to the one that goes with the password this Admin logs in with, as Bootstrap
+// does, and verifies it by reading it back. Replicas use it the next time they connect to
+// their primary; an established replication link is not disturbed.
 func (a *Admin) SyncReplicationAuth(ctx context.Context, nodes []Node) error {
-	user, pw := a.opts.Credentials.Username, a.opts.Credentials.Password
+	user, pw := ReplicationLogin(a.opts.Credentials.Password)
 	want := HashPassword(pw)
 	return parallel(nodes, func(n Node) error {
-		if _, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", user, "masterauth", pw); err != nil {
+		if err := a.setReplicationLogin(ctx, n); err != nil {
 			return err
 		}
 		res, err := a.multi(ctx, n, "verify-replication-auth", [][]string{{"CONFIG", "GET", "masteruser"}, {"CONFIG", "GET", "masterauth"}})

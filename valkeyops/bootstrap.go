@@ -18,7 +18,7 @@ const formTimeout = 60 * time.Second
 
 // Bootstrap forms the cluster from nodes grouped by Shard: one primary per shard with an even
 // contiguous slot range (shard i gets range i of `shards`), the rest replicate it. Sets
-// masteruser/masterauth so replicas authenticate. Idempotent; never moves an owned slot.
+// the replication login (see ReplicationLogin) so replicas authenticate. Idempotent; never moves an owned slot.
 //
 // It observes first and only does what is missing, so it can be rerun on a formed or
 // half-formed cluster: fresh nodes get distinct config epochs before they meet anyone (nodes
@@ -38,11 +38,10 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
 		return err
 	}
 
-	// Replication credentials first: a replica attached below must authenticate as the
-	// operator's user (auth is always on).
+	// Replication credentials first: a replica attached below must authenticate (auth is
+	// always on).
 	if err := parallel(nodes, func(n Node) error {
-		_, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", a.opts.Credentials.Username, "masterauth", a.opts.Credentials.Password)
-		return err
+		return a.setReplicationLogin(ctx, n)
 	}); err != nil {
 		return err
 	}
@@ -407,7 +406,7 @@ func (a *Admin) attachReplica(ctx context.Context, n, primary Node, primaryID st
 	if len(st.Slots) > 0 {
 		return opErr(n.Name, "replicate", fmt.Errorf("%w: node owns slots %s", ErrUnsafe, FormatRanges(st.Slots)))
 	}
-	if _, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", a.opts.Credentials.Username, "masterauth", a.opts.Credentials.Password); err != nil {
+	if err := a.setReplicationLogin(ctx, n); err != nil {
 		return err
 	}
 	_, err = a.cmd(ctx, n, "replicate", "CLUSTER", "REPLICATE", primaryID)

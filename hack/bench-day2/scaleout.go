@@ -205,7 +205,8 @@ const (
 // rebalance rate: keys on the new primary / seconds from the rebalance's start until it has
 // exited and the servers report 4 healthy shards with even slots.
 func scaleoutCLI(ctx context.Context, shape serverShape) (float64, error) {
-	args := append([]string{"--masteruser", valkeyops.OperatorUser, "--masterauth", cliOperatorPassword}, shape.settings...)
+	user, pw := valkeyops.ReplicationLogin(cliOperatorPassword)
+	args := append([]string{"--masteruser", user, "--masterauth", pw}, shape.settings...)
 	env, err := harness.New(ctx, harness.Config{Image: harness.Image(),
 		ACL:  valkeyops.ACLSpec{DefaultPassword: cliDefaultPassword, OperatorPassword: cliOperatorPassword},
 		Args: args})

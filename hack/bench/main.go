@@ -135,6 +135,12 @@ func cleanupAll() {
 	})
 }
 
+// replicationLogin is the replicas' login as the operator sets it, on the command line.
+func replicationLogin() []string {
+	user, pw := valkeyops.ReplicationLogin(operatorPassword)
+	return []string{"--masteruser", user, "--masterauth", pw}
+}
+
 func median(v []float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
@@ -153,7 +159,7 @@ func newCluster(ctx context.Context, image string, shards, perShard int) (*clust
 	// too (our Bootstrap sets them itself); identical for both sides.
 	env, err := harness.New(ctx, harness.Config{Image: image,
 		ACL:  valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword},
-		Args: []string{"--masteruser", valkeyops.OperatorUser, "--masterauth", operatorPassword}})
+		Args: replicationLogin()})
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,8 @@ func TestACLSpec(t *testing.T) {
 			state := map[bool]string{true: "on", false: "off"}[tt.defaultOn]
 			// The applications' shared login never administers anything, and is off unless kept.
 			want := "user default " + state + " #" + valkeyops.HashPassword("d-pw") + " ~* resetchannels &* +@all -@admin -@dangerous +info\n" +
-				"user operator on #" + valkeyops.HashPassword("o-pw") + " ~* resetchannels &* +@all\n"
+				"user operator on #" + valkeyops.HashPassword("o-pw") + " ~* resetchannels &* +@all\n" +
+				"user replication on #" + valkeyops.HashPassword(valkeyops.ReplicationPassword("o-pw")) + " resetchannels -@all +psync +sync +replconf +ping\n"
 			for _, l := range tt.wantUsers {
 				want += l + "\n"
 			}

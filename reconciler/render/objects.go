@@ -10,6 +10,7 @@ import (
 	"io"
 	"strconv"
 
+	"github.com/gomomento/valkey-operator/valkeyops"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -126,9 +127,11 @@ func AppliedAuthSecret(cluster, namespace, loginPassword string) *corev1ac.Secre
 }
 
 // ReplicationConf renders the valkey.conf fragment with which replicas authenticate to their
-// primary as the operator's user, with the operator password the servers accept.
+// primary: the replication user, with the password that goes with the operator password the
+// servers accept (valkeyops.ReplicationLogin).
 func ReplicationConf(operatorPassword string) []byte {
-	return []byte("masteruser operator\nmasterauth " + operatorPassword + "\n")
+	user, pw := valkeyops.ReplicationLogin(operatorPassword)
+	return []byte("masteruser " + user + "\nmasterauth " + pw + "\n")
 }
 
 // ACLConfigMap renders the ConfigMap holding the ACL file.

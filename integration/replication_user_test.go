@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/valkeyops"
+)
+
+// TestReplicationUserRunsOnlyReplication: on real servers (8.0 and 9.1), replicas log in to
+// their primaries as the replication user, with a password that is not the operator's, and
+// replicate (every replica's link is up and it holds the primary's writes). Whoever holds
+// that password can run nothing but replication: no data, no configuration (so no reading
+// of masterauth), no ACL, no cluster change. On 9.1, where the spec grants it CLUSTER
+// SYNCSLOTS, atomic slot migrations succeed with it: no move falls back to MIGRATE (without
+// the grant every one fails at once and falls back).
+func TestReplicationUserRunsOnlyReplication(t *testing.T) {
+	for _, img := range rotationImages {
+		t.Run(img.name, func(t *testing.T) {
+			t.Parallel()
+			atomic := img.image == harness.Image9()
+			spec := aclSpec()
+			spec.ReplicationSyncsSlots = atomic
+			// One attempt per move: a refused atomic migration would show as a failed entry
+			// instead of succeeding on a retry.
+			f := newFixture(t, harness.Config{Image: img.image, ACL: spec}, 2, 2, valkeyops.Options{AtomicRetries: 1})
+			ctx := ctxT(t, 3*time.Minute)
+			require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 2))
+			snap := waitHealthy(t, f, f.nodes, 2, 1, 30*time.Second)
+
+			// A write reaches the replica of its shard: WAIT, on the connection that wrote,
+			// counts the replica's acknowledgement.
+			data := dataClient(t, f.nodes)
+			var acked int64
+			require.NoError(t, data.Dedicated(func(c valkey.DedicatedClient) error {
+				if err := c.Do(ctx, c.B().Set().Key("{a}k").Value("v").Build()).Error(); err != nil {
+					return err
+				}
+				var err error
+				acked, err = c.Do(ctx, c.B().Wait().Numreplicas(1).Timeout(5000).Build()).AsInt64()
+				return err
+			}))
+			assert.EqualValues(t, 1, acked, "the replica acknowledged the write")
+			replPassword := valkeyops.ReplicationPassword(operatorPassword)
+			assert.NotEqual(t, operatorPassword, replPassword)
+			for _, p := range snap.Primaries() {
+				for _, r := range snap.ReplicasOf(p.ID) {
+					assert.Equal(t, "up", r.LinkState, "%s replicates %s", r.Name, p.Name)
+					user, err := operatorDo(t, r.Node, operatorPassword, "CONFIG", "GET", "masteruser").AsStrMap()
+					require.NoError(t, err)
+					assert.Equal(t, valkeyops.ReplicationUser, user["masteruser"], "%s logs in as the replication user", r.Name)
+				}
+			}
+
+			node := snap.Primaries()[0].Node
+			repl := loginClient(t, node, valkeyops.ReplicationUser, replPassword)
+			do := func(args ...string) error {
+				return repl.Do(ctx, repl.B().Arbitrary(args...).Build()).Error()
+			}
+			require.NoError(t, do("PING"), "the replication user logs in")
+			forbidden := [][]string{
+				{"GET", "{a}k"},
+				{"SET", "{a}k", "x"},
+				{"KEYS", "*"},
+				{"FLUSHALL"},
+				{"CONFIG", "GET", "masterauth"},
+				{"CONFIG", "SET", "port", "7000"},
+				{"ACL", "SETUSER", valkeyops.OperatorUser, "off"},
+				{"ACL", "LIST"},
+				{"CLUSTER", "RESET"},
+				{"CLUSTER", "FORGET", snap.Primaries()[1].ID},
+				{"CLUSTER", "FAILOVER"},
+				{"CLUSTER", "SETSLOT", "0", "STABLE"},
+				{"REPLICAOF", "127.0.0.1", "1"},
+				{"SHUTDOWN", "NOSAVE"},
+				{"MIGRATE", "127.0.0.1", "1", "k", "0", "1"},
+				{"INFO"},
+				{"CLIENT", "LIST"},
+			}
+			if atomic {
+				forbidden = append(forbidden, []string{"CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", "0", "0", "NODE", snap.Primaries()[1].ID})
+			}
+			for _, cmd := range forbidden {
+				err := do(cmd...)
+				if assert.Error(t, err, "%v", cmd) {
+					assert.True(t, strings.HasPrefix(err.Error(), "NOPERM"), "%v: %v", cmd, err)
+				}
+			}
+			if !atomic {
+				return
+			}
+
+			// Move slots between the two shards; each move is an atomic migration whose
+			// source logs in to the target as the replication user.
+			from := snap.Primaries()[0]
+			require.NoError(t, f.admin.Rebalance(ctx, f.nodes, []string{from.Name}), "drain %s", from.Name)
+			entries, err := operatorDo(t, from.Node, operatorPassword, "CLUSTER", "GETSLOTMIGRATIONS").ToArray()
+			require.NoError(t, err)
+			require.NotEmpty(t, entries, "the moves ran as atomic migrations")
+			for _, e := range entries {
+				m, err := e.AsStrMap()
+				require.NoError(t, err)
+				assert.Equal(t, "success", m["state"], "migration %s %s: %s", m["operation"], m["slot_ranges"], m["message"])
+			}
+			after, err := f.admin.Observe(ctx, f.nodes)
+			require.NoError(t, err)
+			assert.Empty(t, after.ByName(from.Name).Slots, "drained")
+		})
+	}
+}
+
+// loginClient is a single connection to n as user.
+func loginClient(t *testing.T, n valkeyops.Node, user, password string) valkey.Client {
+	t.Helper()
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr}, Username: user, Password: password,
+		ForceSingleClient: true, DisableCache: true, DisableRetry: true})
+	require.NoError(t, err)
+	t.Cleanup(c.Close)
+	return c
+}
