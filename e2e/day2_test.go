@@ -286,6 +286,19 @@ func TestDay2ShardScaling(t *testing.T) {
 	n.patchTopology(cluster, 2, 1)
 	n.waitConverged(cluster, 4, 3*time.Minute)
 	t.Logf("e2e: scale-in 3->2 shards converged in %.1fs", time.Since(start).Seconds())
+
+	// What moved is counted in the operator's metrics and told in the Events: the new
+	// shard's third of the slots out and back, with the writer's keys.
+	labels := map[string]string{"namespace": n.name, "cluster": cluster}
+	slots, _, err := suite.operator.metric("valkey_cluster_slots_moved_total", labels)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, slots, float64(2*(16384/3)), "slots moved out to the new shard and back")
+	keys, _, err := suite.operator.metric("valkey_cluster_keys_moved_total", labels)
+	require.NoError(t, err)
+	assert.Positive(t, keys, "keys moved with the slots")
+	t.Logf("e2e: slots moved %.0f, keys moved %.0f", slots, keys)
+	events := n.kubectl("get", "events", "--field-selector", "reason=TopologyAction", "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+	assert.Regexp(t, `Rebalance: .*; moved [1-9][0-9]* slot\(s\) with [0-9]+ key\(s\)`, events, "an Event tells what each slot move carried")
 	finishDay2(t, w, watch, "shard scaling 2->3->2")
 }
 

@@ -99,7 +99,9 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 			// Move slots between the two shards; each move is an atomic migration whose
 			// source logs in to the target as the replication user.
 			from := snap.Primaries()[0]
-			require.NoError(t, f.admin.Rebalance(ctx, f.nodes, []string{from.Name}), "drain %s", from.Name)
+			moved, err := f.admin.Rebalance(ctx, f.nodes, []string{from.Name})
+			require.NoError(t, err, "drain %s", from.Name)
+			assert.Equal(t, valkeyops.CountSlots(from.Slots), moved.Slots, "every slot of the drained primary moved")
 			entries, err := operatorDo(t, from.Node, operatorPassword, "CLUSTER", "GETSLOTMIGRATIONS").ToArray()
 			require.NoError(t, err)
 			require.NotEmpty(t, entries, "the moves ran as atomic migrations")

@@ -41,7 +41,12 @@ func TestScaleOutAndIn(t *testing.T) {
 			w := loadgen.Start(c, loadgen.Options{Prefix: "w:", Timeout: 5 * time.Second})
 			start := time.Now()
 			require.NoError(t, f.admin.Bootstrap(ctx, all, 4), "join the new shard")
-			require.NoError(t, f.admin.Rebalance(ctx, all, nil))
+			moved, err := f.admin.Rebalance(ctx, all, nil)
+			require.NoError(t, err)
+			// The new primary's share moved, with a quarter of the keys written before (and
+			// some of the writer's).
+			assert.Equal(t, valkeyops.SlotCount/4, moved.Slots, "slots moved")
+			assert.Greater(t, moved.Keys, scaleKeys/5, "keys moved")
 			t.Logf("scale-out 3->4 took %s", time.Since(start))
 			snap := waitHealthy(t, f, all, 4, 1, 30*time.Second)
 			for _, p := range snap.Primaries() {
@@ -59,7 +64,10 @@ func TestScaleOutAndIn(t *testing.T) {
 			}
 			require.Len(t, leaving, 1)
 			start = time.Now()
-			require.NoError(t, f.admin.Rebalance(ctx, all, leaving))
+			moved, err = f.admin.Rebalance(ctx, all, leaving)
+			require.NoError(t, err)
+			assert.Equal(t, valkeyops.CountSlots(snap.ByName(leaving[0]).Slots), moved.Slots, "the leaving primary's slots moved")
+			assert.Greater(t, moved.Keys, scaleKeys/5, "keys moved")
 			t.Logf("scale-in 4->3 took %s", time.Since(start))
 			res := w.Stop()
 			acked := res.Acked

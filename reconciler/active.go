@@ -90,9 +90,14 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 	if ended, busy := r.moves.finished(p.key); busy {
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil) // it ended after observeActive looked
 	} else if ended != nil {
-		// Record how the move ended, then plan from a fresh observation: this pass's
-		// snapshot may predate the move's last step.
-		r.report(p, ended.action, ended.err)
+		// Record how the move ended and what it moved, then plan from a fresh observation:
+		// this pass's snapshot may predate the move's last step.
+		if r.opts.Metrics != nil {
+			r.opts.Metrics.Moved(p.key, ended.moved)
+		}
+		a := ended.action
+		a.Reason += fmt.Sprintf("; moved %d slot(s) with %d key(s)", ended.moved.Slots, ended.moved.Keys)
+		r.report(p, a, ended.err)
 		return done(ctrl.Result{RequeueAfter: movedRecheck}, nil)
 	}
 	o := plan.Observed{Shards: p.cluster.Shards(), Replicas: p.cluster.ReplicasPerShard()}
@@ -167,7 +172,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 		// A slot move may take minutes: it runs in the background (tasks.go) and a later
 		// pass reports it.
 		c, members := p.valkey, p.members
-		r.moves.start(ctx, p.key, a, func(ctx context.Context) error { return c.Rebalance(ctx, members, a.Nodes) })
+		r.moves.start(ctx, p.key, a, func(ctx context.Context) (valkeyops.MoveStats, error) { return c.Rebalance(ctx, members, a.Nodes) })
 		return again
 	}
 	actx, cancel := context.WithTimeout(ctx, actionTimeout)

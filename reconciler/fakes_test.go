@@ -206,10 +206,12 @@ func (c *fakeClient) write() error {
 func (c *fakeClient) Replicate(context.Context, []valkeyops.Node, string, int) error {
 	return c.write()
 }
-func (c *fakeClient) Rebalance(context.Context, []valkeyops.Node, []string) error { return c.write() }
-func (c *fakeClient) RemoveNode(context.Context, []valkeyops.Node, string) error  { return c.write() }
-func (c *fakeClient) Failover(context.Context, []valkeyops.Node, string) error    { return c.write() }
-func (c *fakeClient) Takeover(context.Context, []valkeyops.Node, string) error    { return c.write() }
+func (c *fakeClient) Rebalance(context.Context, []valkeyops.Node, []string) (valkeyops.MoveStats, error) {
+	return valkeyops.MoveStats{}, c.write()
+}
+func (c *fakeClient) RemoveNode(context.Context, []valkeyops.Node, string) error { return c.write() }
+func (c *fakeClient) Failover(context.Context, []valkeyops.Node, string) error   { return c.write() }
+func (c *fakeClient) Takeover(context.Context, []valkeyops.Node, string) error   { return c.write() }
 func (c *fakeClient) ForceFailover(context.Context, []valkeyops.Node, string) error {
 	return c.write()
 }
@@ -287,6 +289,7 @@ func (c *passCounter) ReconcileDone(key types.NamespacedName, _ string, _ time.D
 
 func (c *passCounter) ClusterSeen(types.NamespacedName, reconciler.ClusterReport) {}
 func (c *passCounter) ActionDone(types.NamespacedName, string, error)             {}
+func (c *passCounter) Moved(types.NamespacedName, valkeyops.MoveStats)            {}
 func (c *passCounter) ClusterGone(types.NamespacedName)                           {}
 
 func (c *passCounter) of(key types.NamespacedName) int64 {

@@ -50,6 +50,8 @@ type Metrics interface {
 	ClusterSeen(cluster types.NamespacedName, r ClusterReport)
 	// ActionDone reports one topology action of an Active cluster and how it ended.
 	ActionDone(cluster types.NamespacedName, kind string, err error)
+	// Moved reports the slots and keys one slot move carried to other primaries.
+	Moved(cluster types.NamespacedName, moved valkeyops.MoveStats)
 	// ClusterGone reports a cluster deleted: its series go.
 	ClusterGone(cluster types.NamespacedName)
 }

@@ -1045,11 +1045,12 @@ func (c *scriptedClient) Replicate(ctx context.Context, nodes []valkeyops.Node, 
 // Rebalance mirrors valkeyops.Admin.Rebalance on the key-by-key path: every node must answer
 // and report ok; slots left open by an earlier run are finished first; then the moves of
 // valkeyops.PlanRebalance run, each slot opened on both ends, its keys migrated, and claimed.
-func (c *scriptedClient) Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) error {
+func (c *scriptedClient) Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) (valkeyops.MoveStats, error) {
 	m := c.m
 	sorted := append([]string(nil), leaving...)
 	sort.Strings(sorted)
-	return m.write(ctx, c.proc, "Rebalance", "leaving="+strings.Join(sorted, ","), "", func(w *writeOp) error {
+	var moved valkeyops.MoveStats
+	err := m.write(ctx, c.proc, "Rebalance", "leaving="+strings.Join(sorted, ","), "", func(w *writeOp) error {
 		leave := map[string]bool{}
 		for _, n := range leaving {
 			leave[n] = true
@@ -1089,6 +1090,7 @@ func (c *scriptedClient) Rebalance(ctx context.Context, nodes []valkeyops.Node, 
 			if err := m.moveSlots(w, m.byID[mv.From], m.byID[mv.To], valkeyops.ExpandSlots(mv.Slots)); err != nil {
 				return err
 			}
+			moved.Slots += valkeyops.CountSlots(mv.Slots)
 		}
 		for _, x := range ms {
 			if leave[x.n.Name] && x.primary() && len(m.slotsOf(x.id)) > 0 {
@@ -1100,6 +1102,7 @@ func (c *scriptedClient) Rebalance(ctx context.Context, nodes []valkeyops.Node, 
 		}
 		return m.serving(ms, nil)
 	})
+	return moved, err
 }
 
 // finishOpen mirrors valkeyops' finishOpenSlots: a slot some primary reports open is moved on
@@ -1902,7 +1905,8 @@ func TestScriptedValkeyRefuses(t *testing.T) {
 			do: func(e env) error {
 				e.m.stop("n1a")
 				require.NoError(t, e.m.nodeTimeout("n1a"))
-				return e.c.Rebalance(ctx, []valkeyops.Node{e.nodes[0], e.nodes[1], e.nodes[3]}, nil)
+				_, err := e.c.Rebalance(ctx, []valkeyops.Node{e.nodes[0], e.nodes[1], e.nodes[3]}, nil)
+				return err
 			}},
 		{name: "graceful failover while the primary is down", msg: "Master is down or failed",
 			do: func(e env) error { e.m.stop("n0a"); return e.m.manualFailover("n0b") }},
@@ -1946,7 +1950,7 @@ func TestScriptedValkeyFlagsOverlappingWrites(t *testing.T) {
 	m, c, nodes := formedModel(t, 200*time.Millisecond)
 	require.Empty(t, m.overlapping(), "Bootstrap alone overlaps nothing")
 	first := make(chan error, 1)
-	go func() { first <- c.Rebalance(ctx, nodes, nil) }()
+	go func() { _, err := c.Rebalance(ctx, nodes, nil); first <- err }()
 	require.NoError(t, poll.Until(ctx, 5*time.Millisecond, 5*time.Second, "the first Rebalance in flight", func(context.Context) (bool, string, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
@@ -1971,7 +1975,8 @@ func TestScriptedValkeyFinishesOpenSlots(t *testing.T) {
 	assert.Equal(t, map[int]string{100: src.ID}, dst.Self().Importing)
 	assert.Contains(t, valkeyops.Health(snap, 2, 1), "node n0a has open slots (importing 0, migrating 1)")
 
-	require.NoError(t, c.Rebalance(ctx, nodes, nil))
+	_, err = c.Rebalance(ctx, nodes, nil)
+	require.NoError(t, err)
 	assert.Empty(t, m.health([]string{"n0a", "n0b", "n1a", "n1b"}, 2, 1))
 	for _, n := range nodes {
 		st, _ := m.inspect(n.Name)
@@ -1990,7 +1995,7 @@ func TestScriptedValkeyHoldsRebalance(t *testing.T) {
 	ran := 0
 	hooked := m.afterNext("Rebalance", func() { ran++ })
 	first := make(chan error, 1)
-	go func() { first <- c.Rebalance(ctx, nodes, nil) }()
+	go func() { _, err := c.Rebalance(ctx, nodes, nil); first <- err }()
 	select {
 	case <-held:
 	case <-time.After(5 * time.Second):
@@ -2013,7 +2018,8 @@ func TestScriptedValkeyHoldsRebalance(t *testing.T) {
 	assert.Equal(t, 1, ran)
 	require.Len(t, m.writes(), before+2)
 	assert.Equal(t, "Rebalance", m.writes()[before+1].Op)
-	require.NoError(t, c.Rebalance(ctx, nodes, nil))
+	_, err := c.Rebalance(ctx, nodes, nil)
+	require.NoError(t, err)
 	assert.Equal(t, 1, ran, "a hook runs once")
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
+	"github.com/gomomento/valkey-operator/valkeyops"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -31,6 +32,7 @@ type task struct {
 	action plan.Action
 	cancel context.CancelFunc
 	done   chan struct{}
+	moved  valkeyops.MoveStats
 	err    error
 }
 
@@ -38,7 +40,7 @@ type task struct {
 // pass's: controller-runtime cancels it only when the manager stops (no per-reconcile
 // timeout is configured), so a task outlives its pass but never its manager, and a new
 // leader never starts a move while the old one's is still running.
-func (t *tasks) start(ctx context.Context, key types.NamespacedName, a plan.Action, fn func(context.Context) error) {
+func (t *tasks) start(ctx context.Context, key types.NamespacedName, a plan.Action, fn func(context.Context) (valkeyops.MoveStats, error)) {
 	tctx, cancel := context.WithTimeout(ctx, moveTimeout)
 	tk := &task{action: a, cancel: cancel, done: make(chan struct{})}
 	t.mu.Lock()
@@ -50,7 +52,7 @@ func (t *tasks) start(ctx context.Context, key types.NamespacedName, a plan.Acti
 	go func() {
 		defer close(tk.done)
 		defer cancel()
-		tk.err = fn(tctx)
+		tk.moved, tk.err = fn(tctx)
 	}()
 }
 

@@ -37,8 +37,9 @@ type ValkeyClient interface {
 	// Replicate makes node name a replica of its shard's slot-holding primary (MEET first).
 	Replicate(ctx context.Context, nodes []valkeyops.Node, name string, shard int) error
 	// Rebalance moves slots with their keys to an even share, draining the primaries named
-	// in leaving; it first finishes any move an earlier run left open.
-	Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) error
+	// in leaving; it first finishes any move an earlier run left open. It counts what it
+	// moved, also when it fails part-way.
+	Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) (valkeyops.MoveStats, error)
 	// RemoveNode makes every other node forget a node that holds no slots (its pod goes next).
 	RemoveNode(ctx context.Context, nodes []valkeyops.Node, name string) error
 	// Failover hands a primary's slots to its best in-sync replica (graceful CLUSTER FAILOVER).

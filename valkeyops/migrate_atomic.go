@@ -78,11 +78,11 @@ func (a *Admin) waitAtomicIdle(ctx context.Context, snap *Snapshot) error {
 // runAtomic runs every source's moves as atomic migrations, sources in parallel; a move that
 // fails AtomicRetries times falls back to the key-by-key path (high write rates can make
 // atomic migration fail repeatedly).
-func (a *Admin) runAtomic(ctx context.Context, snap *Snapshot, moves []Move) error {
-	return runRounds(moves, false, func(m Move) error { return a.moveAtomic(ctx, snap, m) })
+func (a *Admin) runAtomic(ctx context.Context, snap *Snapshot, moves []Move, t *moveTally) error {
+	return runRounds(moves, false, func(m Move) error { return a.moveAtomic(ctx, snap, m, t) })
 }
 
-func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move) error {
+func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveTally) error {
 	src, dst := snap.ByID(m.From), snap.ByID(m.To)
 	if src == nil || dst == nil {
 		return opErr("", "migrateslots", fmt.Errorf("%w: move endpoint not observed", ErrUnreachable))
@@ -98,6 +98,11 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move) error {
 			}
 		}
 		before, err := a.slotMigrations(ctx, src.Node)
+		if err != nil {
+			return err
+		}
+		// The keys the move will carry: counted first, as the migration reports none.
+		keys, err := a.countKeys(ctx, src.Node, m.Slots)
 		if err != nil {
 			return err
 		}
@@ -135,6 +140,7 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move) error {
 			return opErr(src.Name, "migrateslots-wait", err)
 		}
 		if final.State == "success" {
+			t.add(CountSlots(m.Slots), keys)
 			return nil
 		}
 		lastErr = opErr(src.Name, "migrateslots", fmt.Errorf("atomic migration to %s %s: %s", dst.Name, final.State, final.Message))
@@ -155,7 +161,28 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move) error {
 	if len(rest) == 0 {
 		return nil
 	}
-	return a.moveSlotsLegacy(ctx, snap, &cur, &dcur, rest)
+	return a.moveSlotsLegacy(ctx, snap, &cur, &dcur, rest, t)
+}
+
+// countKeys counts the keys n holds in slots (CLUSTER COUNTKEYSINSLOT, pipelined).
+func (a *Admin) countKeys(ctx context.Context, n Node, slots []SlotRange) (int, error) {
+	var cmds [][]string
+	for _, s := range ExpandSlots(slots) {
+		cmds = append(cmds, []string{"CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(s)})
+	}
+	res, err := a.multi(ctx, n, "countkeysinslot", cmds)
+	if err != nil {
+		return 0, err
+	}
+	total := 0
+	for _, r := range res {
+		c, err := r.AsInt64()
+		if err != nil {
+			return 0, opErr(n.Name, "countkeysinslot", err)
+		}
+		total += int(c)
+	}
+	return total, nil
 }
 
 // sameRanges compares a GETSLOTMIGRATIONS slot_ranges field with our rendering, accepting

@@ -12,9 +12,9 @@ import (
 // the only path before Valkey 9.0 and the fallback of the atomic one.
 
 // runLegacy executes moves key by key (SETSLOT IMPORTING/MIGRATING + batched MIGRATE).
-func (a *Admin) runLegacy(ctx context.Context, snap *Snapshot, moves []Move) error {
+func (a *Admin) runLegacy(ctx context.Context, snap *Snapshot, moves []Move, t *moveTally) error {
 	return runRounds(moves, true, func(m Move) error {
-		return a.moveSlotsLegacy(ctx, snap, snap.ByID(m.From), snap.ByID(m.To), ExpandSlots(m.Slots))
+		return a.moveSlotsLegacy(ctx, snap, snap.ByID(m.From), snap.ByID(m.To), ExpandSlots(m.Slots), t)
 	})
 }
 
@@ -32,7 +32,7 @@ func peerAddr(src, dst *NodeState) (string, string) {
 // the slot is never owned by nobody); the target's bumped epoch carries the new owner to every
 // other node by gossip, which Rebalance waits for. It also completes a half-done move: slots
 // dst already owns are not set importing, and only slots src still owns are drained.
-func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *NodeState, slots []int) error {
+func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *NodeState, slots []int, t *moveTally) error {
 	if src == nil || dst == nil {
 		return opErr("", "migrate", fmt.Errorf("%w: move endpoint not observed", ErrUnreachable))
 	}
@@ -63,7 +63,9 @@ func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *N
 		}
 		tSet := time.Since(t0)
 		a.logf("opened %d slots %s -> %s", len(chunk), src.Name, dst.Name)
-		if err := a.migrateKeys(ctx, src.Node, host, port, movable); err != nil {
+		keys, err := a.migrateKeys(ctx, src.Node, host, port, movable)
+		t.add(0, keys)
+		if err != nil {
 			return err
 		}
 		tKeys := time.Since(t0)
@@ -82,6 +84,7 @@ func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *N
 				return err
 			}
 		}
+		t.add(len(movable), 0)
 		a.logf("moved %d slots %s -> %s in %s (setslot %s, keys %s)", len(chunk), src.Name, dst.Name,
 			time.Since(t0).Round(time.Millisecond), tSet.Round(time.Millisecond), (tKeys - tSet).Round(time.Millisecond))
 	}
@@ -120,9 +123,11 @@ func (a *Admin) claimSlots(ctx context.Context, dst *NodeState, slots []int, dst
 }
 
 // migrateKeys drains the given slots of src into host:port, MigrateBatch keys per MIGRATE,
-// all slots of a round pipelined. REPLACE makes a retried batch idempotent: while a slot is
-// migrating, the source's copy of a key is the authoritative one.
-func (a *Admin) migrateKeys(ctx context.Context, src Node, host, port string, slots []int) error {
+// all slots of a round pipelined, and says how many keys it moved. REPLACE makes a retried
+// batch idempotent: while a slot is migrating, the source's copy of a key is the
+// authoritative one.
+func (a *Admin) migrateKeys(ctx context.Context, src Node, host, port string, slots []int) (int, error) {
+	moved := 0
 	batch := strconv.Itoa(a.opts.MigrateBatch)
 	pending := slots
 	for len(pending) > 0 {
@@ -132,28 +137,31 @@ func (a *Admin) migrateKeys(ctx context.Context, src Node, host, port string, sl
 		}
 		res, err := a.multi(ctx, src, "getkeysinslot", get)
 		if err != nil {
-			return err
+			return moved, err
 		}
 		var migrate [][]string
 		var next []int
+		batchKeys := 0
 		for i, r := range res {
 			keys, err := r.AsStrSlice()
 			if err != nil {
-				return opErr(src.Name, "getkeysinslot", err)
+				return moved, opErr(src.Name, "getkeysinslot", err)
 			}
 			if len(keys) == 0 {
 				continue
 			}
 			cmd := append([]string{"MIGRATE", host, port, "", "0", "15000", "REPLACE", "AUTH2", a.opts.Credentials.Username, a.opts.Credentials.Password, "KEYS"}, keys...)
 			migrate = append(migrate, cmd)
+			batchKeys += len(keys)
 			if len(keys) >= a.opts.MigrateBatch {
 				next = append(next, pending[i])
 			}
 		}
 		if _, err := a.multi(ctx, src, "migrate", migrate); err != nil {
-			return err
+			return moved, err
 		}
+		moved += batchKeys
 		pending = next
 	}
-	return nil
+	return moved, nil
 }

@@ -9,7 +9,7 @@ import (
 // finishOpenSlots completes every slot some primary reports importing or migrating, moving
 // the rest of its keys to the importing side: after a crash the keys may already be split
 // between both ends, so finishing is the direction that never strands a key.
-func (a *Admin) finishOpenSlots(ctx context.Context, snap *Snapshot) (bool, error) {
+func (a *Admin) finishOpenSlots(ctx context.Context, snap *Snapshot, t *moveTally) (bool, error) {
 	type pair struct{ from, to string }
 	open := map[pair]map[int]bool{}
 	add := func(from, to string, s int) {
@@ -43,7 +43,7 @@ func (a *Admin) finishOpenSlots(ctx context.Context, snap *Snapshot) (bool, erro
 		sort.Ints(slots)
 		switch {
 		case src != nil && dst != nil && dst.Role == RolePrimary:
-			if err := a.moveSlotsLegacy(ctx, snap, src, dst, slots); err != nil {
+			if err := a.moveSlotsLegacy(ctx, snap, src, dst, slots, t); err != nil {
 				return true, err
 			}
 		case src != nil && src.Role == RolePrimary:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,7 +26,35 @@ const rebalanceTimeout = 60 * time.Second
 // back to the key-by-key path for a move that keeps failing. Older: SETSLOT IMPORTING/MIGRATING
 // and pipelined, batched MIGRATE (MigrateBatch keys per call, authenticated with AUTH2), with
 // disjoint source->target pairs running in parallel.
-func (a *Admin) Rebalance(ctx context.Context, nodes []Node, leaving []string) error {
+//
+// The MoveStats count what moved, also when an error ends the run part-way.
+func (a *Admin) Rebalance(ctx context.Context, nodes []Node, leaving []string) (MoveStats, error) {
+	var t moveTally
+	err := a.rebalance(ctx, nodes, leaving, &t)
+	return t.stats(), err
+}
+
+// MoveStats count what a Rebalance moved: slots whose ownership passed to another primary,
+// and the keys that went with them.
+type MoveStats struct {
+	Slots, Keys int
+}
+
+// moveTally adds up MoveStats from moves running in parallel.
+type moveTally struct {
+	slots, keys atomic.Int64
+}
+
+func (t *moveTally) add(slots, keys int) {
+	t.slots.Add(int64(slots))
+	t.keys.Add(int64(keys))
+}
+
+func (t *moveTally) stats() MoveStats {
+	return MoveStats{Slots: int(t.slots.Load()), Keys: int(t.keys.Load())}
+}
+
+func (a *Admin) rebalance(ctx context.Context, nodes []Node, leaving []string, t *moveTally) error {
 	leave := map[string]bool{}
 	for _, name := range leaving {
 		leave[name] = true
@@ -37,7 +66,7 @@ func (a *Admin) Rebalance(ctx context.Context, nodes []Node, leaving []string) e
 	if err := a.waitAtomicIdle(ctx, snap); err != nil {
 		return err
 	}
-	fixed, err := a.finishOpenSlots(ctx, snap)
+	fixed, err := a.finishOpenSlots(ctx, snap, t)
 	if err != nil {
 		return err
 	}
@@ -63,9 +92,9 @@ func (a *Admin) Rebalance(ctx context.Context, nodes []Node, leaving []string) e
 	}
 	if len(moves) > 0 {
 		if a.useAtomic(snap) {
-			err = a.runAtomic(ctx, snap, moves)
+			err = a.runAtomic(ctx, snap, moves, t)
 		} else {
-			err = a.runLegacy(ctx, snap, moves)
+			err = a.runLegacy(ctx, snap, moves, t)
 		}
 		if err != nil {
 			return err

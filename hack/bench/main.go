@@ -249,7 +249,8 @@ func bootstrapCLI(ctx context.Context, image string) (time.Duration, error) {
 type rebalancer func(ctx context.Context, c *cluster, all []valkeyops.Node) error
 
 func ourRebalance(ctx context.Context, c *cluster, all []valkeyops.Node) error {
-	return c.admin.Rebalance(ctx, all, nil)
+	_, err := c.admin.Rebalance(ctx, all, nil)
+	return err
 }
 
 // cliRebalance runs valkey-cli --cluster rebalance --cluster-use-empty-primaries from the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
 // States are the values of valkey_cluster_state's state label.
@@ -26,7 +27,7 @@ var Lifecycles = []string{views.LifecycleJoining, views.LifecycleActive, views.L
 // Recorder implements reconciler.Metrics.
 type Recorder struct {
 	state, shards, replicas, nodes, ready, slots, certExpiry *prometheus.GaugeVec
-	actions                                                  *prometheus.CounterVec
+	actions, slotsMoved, keysMoved                           *prometheus.CounterVec
 	stepErrors                                               *prometheus.CounterVec
 	clusterVecs                                              []interface {
 		DeletePartialMatch(prometheus.Labels) int
@@ -52,10 +53,14 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_cluster_topology_actions_total",
 			Help: "Topology actions on Active clusters by kind (CreateNodes, Replicate, Failover, ForceFailover, Takeover, Rebalance, MarkLeaving, Remove, Forget, Delete, ...) and result (ok, failed)."},
 			append(append([]string(nil), cl...), "action", "result")),
+		slotsMoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_cluster_slots_moved_total",
+			Help: "Slots whose ownership the operator moved to another primary (scaling, draining a leaving primary, rebalancing)."}, cl),
+		keysMoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_cluster_keys_moved_total",
+			Help: "Keys carried with the moved slots."}, cl),
 		stepErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_operator_reconcile_errors_total",
 			Help: "Reconcile passes that ended in an error, by the step that failed."}, []string{"step"}),
 	}
-	for _, c := range []prometheus.Collector{r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.actions, r.stepErrors} {
+	for _, c := range []prometheus.Collector{r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.actions, r.slotsMoved, r.keysMoved, r.stepErrors} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -63,7 +68,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			}
 		}
 	}
-	r.clusterVecs = append(r.clusterVecs, r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.actions)
+	r.clusterVecs = append(r.clusterVecs, r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.actions, r.slotsMoved, r.keysMoved)
 	return r, nil
 }
 
@@ -115,6 +120,12 @@ func (r *Recorder) ActionDone(c types.NamespacedName, kind string, err error) {
 		result = "failed"
 	}
 	r.actions.WithLabelValues(c.Namespace, c.Name, kind, result).Inc()
+}
+
+// Moved counts what one slot move carried.
+func (r *Recorder) Moved(c types.NamespacedName, moved valkeyops.MoveStats) {
+	r.slotsMoved.WithLabelValues(c.Namespace, c.Name).Add(float64(moved.Slots))
+	r.keysMoved.WithLabelValues(c.Namespace, c.Name).Add(float64(moved.Keys))
 }
 
 // ClusterGone drops every series of the cluster.

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
 func TestRecorder(t *testing.T) {
@@ -33,6 +34,8 @@ func TestRecorder(t *testing.T) {
 	r.ActionDone(a, "Failover", nil)
 	r.ActionDone(a, "Failover", nil)
 	r.ActionDone(a, "Replicate", errors.New("refused"))
+	r.Moved(a, valkeyops.MoveStats{Slots: 4096, Keys: 25000})
+	r.Moved(a, valkeyops.MoveStats{Slots: 10, Keys: 3})
 	r.ReconcileDone(a, "observe", time.Second, errors.New("boom"))
 	r.ReconcileDone(a, "", time.Second, nil)
 
@@ -49,6 +52,8 @@ func TestRecorder(t *testing.T) {
 	assert.Equal(t, 2.0, testutil.ToFloat64(r.actions.WithLabelValues("ns", "a", "Failover", "ok")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(r.actions.WithLabelValues("ns", "a", "Replicate", "failed")))
 	assert.Equal(t, 1.0, testutil.ToFloat64(r.stepErrors.WithLabelValues("observe")))
+	assert.Equal(t, 4106.0, testutil.ToFloat64(r.slotsMoved.WithLabelValues("ns", "a")))
+	assert.Equal(t, 25003.0, testutil.ToFloat64(r.keysMoved.WithLabelValues("ns", "a")))
 
 	// What a pass did not look at (b is Invalid: no nodes, no servers) has no series.
 	text := gathered(t, reg)
@@ -90,6 +95,7 @@ func TestAlertRulesUseOurSeries(t *testing.T) {
 	c := types.NamespacedName{Namespace: "ns", Name: "c"}
 	r.ClusterSeen(c, reconciler.ClusterReport{State: "Active", Nodes: map[string]int{}, CertNotAfter: time.Now()})
 	r.ActionDone(c, "Failover", nil)
+	r.Moved(c, valkeyops.MoveStats{Slots: 1})
 	r.ReconcileDone(c, "observe", 0, errors.New("x"))
 	ours := map[string]bool{}
 	families, err := reg.Gather()
