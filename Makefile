@@ -15,7 +15,7 @@ IMAGE ?= valkey-operator:dev
 BASE_IMAGE ?= scratch
 
 .PHONY: all build image controlplane valkey-image valkey-tools prerequisites lint \
-	unit envtest integration e2e test bench bench-day2 dev dev-down clean
+	unit envtest integration e2e test bench bench-day2 bench-fleet dev dev-down clean
 
 # Test tiers. Untagged test files are unit tests: pure functions, planners, renderers; no API
 # server, no Docker. A test file that needs a real kube-apiserver, or the dev cluster (its
@@ -81,6 +81,10 @@ test: lint prerequisites
 ## bench: our bootstrap and rebalance side by side with valkey-cli
 bench: valkey-image valkey-tools
 	go run ./hack/bench
+
+## bench-fleet: many clusters, one operator: time to Active, operator RSS/CPU, idle API and Valkey traffic, teardown
+bench-fleet: prerequisites
+	go run ./hack/bench-day2 -fleet
 
 ## bench-day2: an Active cluster's recovery from a lost primary, a rolling replacement, and a scale-out vs valkey-cli
 bench-day2: prerequisites

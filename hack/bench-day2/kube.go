@@ -34,6 +34,7 @@ type bench struct {
 	kubectl kubectl.Runner
 	logDir  string
 	opLog   string
+	op      *operatorproc.Process
 }
 
 // startBench builds the operator, starts a private dev cluster, installs the CRDs and the
@@ -122,6 +123,7 @@ func (b *bench) startOperator(ctx context.Context, bin string) error {
 	if err != nil {
 		return err
 	}
+	b.op = op
 	atExit(func() {
 		if op.Running() != nil {
 			return

@@ -37,6 +37,8 @@
 // longest gap between two acknowledged writes over the roll; lost counts acknowledged writes
 // not read back.
 //
+// With -fleet it runs the fleet scenario instead (see fleet.go; make bench-fleet).
+//
 // Progress goes to stderr, the result lines to stdout. Everything started (dev cluster,
 // operator process, containers) is removed at the end, on error and on SIGINT/SIGTERM.
 package main
@@ -135,6 +137,12 @@ func run() error {
 	b, err := startBench(ctx)
 	if err != nil {
 		return err
+	}
+	if *fleetMode {
+		if err := b.fleet(ctx); err != nil {
+			return b.explain(fmt.Errorf("fleet: %w", err))
+		}
+		return nil
 	}
 	if !*skipRecovery {
 		if err := b.recoveries(ctx); err != nil {

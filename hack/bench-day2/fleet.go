@@ -1,0 +1,511 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valkey-io/valkey-go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/gomomento/valkey-operator/crds"
+
+	"github.com/gomomento/valkey-operator/internal/loadgen"
+	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/views"
+)
+
+// The fleet scenario (make bench-fleet, issue #14): what many clusters cost one operator and
+// the API server. It prints exactly these lines:
+//
+//	fleet: single-apply-to-active-s=<x>
+//	fleet: clusters=<n> active-p50-s=<x> active-p95-s=<x> active-max-s=<x>
+//	fleet: operator-rss-mib formation=<x> idle=<x> cpu-s=<x>
+//	fleet: idle-api-writes=<n> idle-api-reads-per-min=<x>
+//	fleet: idle-valkey-cmds-per-node-min=<x>
+//	fleet: cross-cluster-delay-s=<x>
+//	fleet: teardown-s=<x>
+//
+// single-apply-to-active: one 3x1 cluster applied alone, from `kubectl apply` to Active.
+// clusters/active-*: -fleet-small 1x0 clusters and -fleet-large 3x1 clusters applied in one
+// `kubectl apply`, each one's time from then until its status first reads Active. rss and cpu
+// are read from /proc of the operator process: the largest RSS during formation and during
+// the idle window, and CPU seconds (user+system) over formation and idle together. idle-api-*
+// are the operator's own client requests (controller-runtime's rest_client_requests_total on
+// its metrics endpoint) over the idle window: writes are POST/PUT/PATCH/DELETE, reads GET
+// (list and watch included). idle-valkey-cmds-per-node-min: INFO commandstats calls on every
+// server over the window, less the sampler's own two commands per server, per server per
+// minute (REPLCONF left out: replicas acknowledge their primary's stream once a second by
+// themselves). cross-cluster-delay: a 1x0 cluster's apply-to-Active while a 3x1 cluster of
+// -fleet-keys keys scales out to 4 shards, less the same cluster's time applied while the
+// fleet is idle. teardown: from deleting every cluster until no pod, ValkeyNode, Service,
+// ConfigMap or Secret the operator made is left in the namespace.
+
+var (
+	fleetMode  = flag.Bool("fleet", false, "run the fleet scenario instead of the day-2 ones (make bench-fleet)")
+	fleetSmall = flag.Int("fleet-small", 50, "1x0 clusters applied at once")
+	fleetLarge = flag.Int("fleet-large", 5, "3x1 clusters applied with them")
+	fleetIdle  = flag.Duration("fleet-idle", 5*time.Minute, "idle window measured after formation")
+	fleetKeys  = flag.Int("fleet-keys", 1_000_000, "keys in the cluster whose scale-out runs while another cluster forms")
+)
+
+const fleetNamespace = "fleet"
+
+var clustersGVR = schema.GroupVersionResource{Group: crds.Group, Version: crds.Version, Resource: "valkeyclusters"}
+
+func (b *bench) fleet(ctx context.Context) error {
+	if err := b.env.EnsureNamespace(ctx, fleetNamespace); err != nil {
+		return err
+	}
+	single, err := b.timeToActive(ctx, "single", 3, 1)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("fleet: single-apply-to-active-s=%.2f\n", single.Seconds())
+	if err := b.deleteCluster(ctx, fleetNamespace, "single"); err != nil {
+		return err
+	}
+
+	usage := startUsage(b.op.Pid())
+	defer usage.stop()
+	names, took, err := b.formFleet(ctx)
+	if err != nil {
+		return err
+	}
+	sorted := slices.Sorted(slices.Values(took))
+	fmt.Printf("fleet: clusters=%d active-p50-s=%.2f active-p95-s=%.2f active-max-s=%.2f\n", len(names),
+		percentile(sorted, 50).Seconds(), percentile(sorted, 95).Seconds(), sorted[len(sorted)-1].Seconds())
+	formationRSS := usage.mark()
+
+	if err := b.idleWindow(ctx, names, usage, formationRSS); err != nil {
+		return err
+	}
+	if err := b.crossClusterDelay(ctx); err != nil {
+		return err
+	}
+	start := time.Now()
+	if _, err := b.kubectl.In(fleetNamespace).Run(ctx, "delete", "valkeyclusters", "--all", "--wait=false"); err != nil {
+		return err
+	}
+	if err := b.waitNothingOwned(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	fmt.Printf("fleet: teardown-s=%.2f\n", time.Since(start).Seconds())
+	return nil
+}
+
+// timeToActive applies one cluster and times it until Active.
+func (b *bench) timeToActive(ctx context.Context, name string, shards, replicas int) (time.Duration, error) {
+	start := time.Now()
+	if err := b.applyCluster(ctx, fleetNamespace, name, "standard", shards, replicas); err != nil {
+		return 0, err
+	}
+	err := poll.Until(ctx, 50*time.Millisecond, 3*time.Minute, name+" Active", func(ctx context.Context) (bool, string, error) {
+		states, err := b.clusterStates(ctx)
+		return states[name] == views.StateActive, states[name], err
+	})
+	return time.Since(start), err
+}
+
+// formFleet applies the fleet in one kubectl apply and returns each cluster's time to Active.
+func (b *bench) formFleet(ctx context.Context) ([]string, []time.Duration, error) {
+	var doc strings.Builder
+	var names []string
+	add := func(name string, shards, replicas int) {
+		names = append(names, name)
+		fmt.Fprintf(&doc, "---\napiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: standard\n  shards: %d\n  replicasPerShard: %d\n", name, shards, replicas)
+	}
+	for i := range *fleetSmall {
+		add(fmt.Sprintf("small-%02d", i), 1, 0)
+	}
+	for i := range *fleetLarge {
+		add(fmt.Sprintf("large-%d", i), 3, 1)
+	}
+	start := time.Now()
+	if _, err := b.kubectl.In(fleetNamespace).RunWithInput(ctx, doc.String(), "apply", "-f", "-"); err != nil {
+		return nil, nil, err
+	}
+	logf("fleet of %d clusters applied", len(names))
+	active := map[string]time.Duration{}
+	err := poll.Until(ctx, 100*time.Millisecond, 5*time.Minute, "every cluster Active", func(ctx context.Context) (bool, string, error) {
+		states, err := b.clusterStates(ctx)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		now := time.Since(start)
+		for _, n := range names {
+			if _, ok := active[n]; !ok && states[n] == views.StateActive {
+				active[n] = now
+			}
+		}
+		return len(active) == len(names), fmt.Sprintf("%d of %d Active", len(active), len(names)), nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var took []time.Duration
+	for _, n := range names {
+		took = append(took, active[n])
+	}
+	logf("fleet Active after %.1fs", slices.Max(took).Seconds())
+	return names, took, nil
+}
+
+// clusterStates maps every ValkeyCluster of the fleet namespace to its status.state.
+func (b *bench) clusterStates(ctx context.Context) (map[string]string, error) {
+	l, err := b.dyn.Resource(clustersGVR).Namespace(fleetNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for i := range l.Items {
+		c := views.Cluster{U: &l.Items[i]}
+		out[c.U.GetName()] = c.Status().State
+	}
+	return out, nil
+}
+
+// idleWindow measures the operator and the servers while nothing changes.
+func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, formationRSS float64) error {
+	servers, err := b.fleetServers(ctx, names)
+	if err != nil {
+		return err
+	}
+	apiBefore, err := b.clientRequests(ctx)
+	if err != nil {
+		return err
+	}
+	cmdsBefore, err := commandCalls(ctx, servers)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	logf("idle window of %s over %d servers", *fleetIdle, len(servers))
+	select { // the window itself is what is measured
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(*fleetIdle):
+	}
+	minutes := time.Since(start).Minutes()
+	cmdsAfter, err := commandCalls(ctx, servers)
+	if err != nil {
+		return err
+	}
+	apiAfter, err := b.clientRequests(ctx)
+	if err != nil {
+		return err
+	}
+	idleRSS := usage.mark()
+	fmt.Printf("fleet: operator-rss-mib formation=%.1f idle=%.1f cpu-s=%.1f\n", formationRSS, idleRSS, usage.cpuSeconds())
+	writes := 0.0
+	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		writes += apiAfter[m] - apiBefore[m]
+	}
+	fmt.Printf("fleet: idle-api-writes=%.0f idle-api-reads-per-min=%.1f\n", writes, (apiAfter["GET"]-apiBefore["GET"])/minutes)
+	var calls float64
+	for addr, after := range cmdsAfter {
+		calls += after - cmdsBefore[addr] - 2 // the sampler's own AUTH and INFO
+	}
+	fmt.Printf("fleet: idle-valkey-cmds-per-node-min=%.1f\n", calls/float64(len(servers))/minutes)
+	return nil
+}
+
+// fleetServer is one server of the fleet and the operator password of its cluster.
+type fleetServer struct{ addr, password string }
+
+func (b *bench) fleetServers(ctx context.Context, names []string) ([]fleetServer, error) {
+	var out []fleetServer
+	for _, n := range names {
+		pw, err := b.secret(ctx, fleetNamespace, render.AuthSecretName(n), render.AuthOperatorPasswordKey)
+		if err != nil {
+			return nil, err
+		}
+		ips, err := b.podIPs(ctx, fleetNamespace, n)
+		if err != nil {
+			return nil, err
+		}
+		for _, ip := range ips {
+			out = append(out, fleetServer{addr: ip, password: pw})
+		}
+	}
+	return out, nil
+}
+
+// commandCalls sums INFO commandstats calls per server (valkey-cli: AUTH, then INFO).
+func commandCalls(ctx context.Context, servers []fleetServer) (map[string]float64, error) {
+	out := map[string]float64{}
+	var mu sync.Mutex
+	errs := make(chan error, len(servers))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(cctx, "valkey-cli", "-h", s.addr, "--user", "operator", "--pass", s.password, "--no-auth-warning", "INFO", "commandstats")
+			text, err := cmd.Output()
+			if err != nil {
+				errs <- fmt.Errorf("INFO commandstats on %s: %w", s.addr, err)
+				return
+			}
+			total := 0.0
+			for _, line := range strings.Split(string(text), "\n") {
+				if strings.HasPrefix(line, "cmdstat_replconf:") {
+					continue // a replica's own once-a-second ACK to its primary, not the operator's
+				}
+				if _, rest, ok := strings.Cut(line, "calls="); ok && strings.HasPrefix(line, "cmdstat_") {
+					v, _, _ := strings.Cut(rest, ",")
+					n, _ := strconv.ParseFloat(v, 64)
+					total += n
+				}
+			}
+			mu.Lock()
+			out[s.addr] = total
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return out, <-errs
+}
+
+// clientRequests reads the operator's API requests by method from its metrics endpoint.
+func (b *bench) clientRequests(ctx context.Context) (map[string]float64, error) {
+	text, err := httpGet(ctx, b.op.MetricsURL)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, `method="`)
+		method, _, _ := strings.Cut(rest, `"`)
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			return nil, err
+		}
+		out[method] += v
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no rest_client_requests_total on %s", b.op.MetricsURL)
+	}
+	return out, sc.Err()
+}
+
+// crossClusterDelay times a 1x0 cluster's formation while the fleet is idle, and again while
+// a 3x1 cluster full of keys scales out, and prints the difference.
+func (b *bench) crossClusterDelay(ctx context.Context) error {
+	base, err := b.timeToActive(ctx, "probe-idle", 1, 0)
+	if err != nil {
+		return err
+	}
+	const long = "large-0"
+	pw, err := b.secret(ctx, fleetNamespace, render.AuthSecretName(long), render.AuthPasswordKey)
+	if err != nil {
+		return err
+	}
+	ips, err := b.podIPs(ctx, fleetNamespace, long)
+	if err != nil {
+		return err
+	}
+	o := valkey.ClientOption{Password: pw, DisableCache: true}
+	for _, ip := range ips {
+		o.InitAddress = append(o.InitAddress, ip+":6379")
+	}
+	c, err := valkey.NewClient(o)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	logf("filling %s with %d keys", long, *fleetKeys)
+	if err := loadgen.Fill(ctx, c, "fleet:", *fleetKeys, 2000, nil); err != nil {
+		return err
+	}
+	if _, err := b.kubectl.In(fleetNamespace).Run(ctx, "patch", "valkeycluster", long, "--type=merge", "-p", `{"spec":{"shards":4}}`); err != nil {
+		return err
+	}
+	// Wait until keys are on their way to the new shard, then form another cluster.
+	err = poll.Until(ctx, 100*time.Millisecond, 3*time.Minute, long+"'s slot move under way", func(ctx context.Context) (bool, string, error) {
+		n, err := b.newShardKeys(ctx, long, pw)
+		return n > 0, fmt.Sprintf("%d keys on the new shard", n), err
+	})
+	if err != nil {
+		return err
+	}
+	during, err := b.timeToActive(ctx, "probe-busy", 1, 0)
+	if err != nil {
+		return err
+	}
+	moved, _ := b.newShardKeys(ctx, long, pw)
+	logf("probe formed in %.2fs idle, %.2fs during the scale-out (new shard held %d keys then)", base.Seconds(), during.Seconds(), moved)
+	fmt.Printf("fleet: cross-cluster-delay-s=%.2f\n", (during - base).Seconds())
+	return nil
+}
+
+// newShardKeys counts the keys on the primary of shard 3 of cluster (0 until it exists).
+func (b *bench) newShardKeys(ctx context.Context, cluster, password string) (int64, error) {
+	nodes, err := b.valkeyNodes(ctx, fleetNamespace, cluster)
+	if err != nil {
+		return 0, err
+	}
+	ips, err := b.podIPs(ctx, fleetNamespace, cluster)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, n := range nodes {
+		ip := ips[n.Name] // a node's pod bears its name
+		if n.Shard != 3 || ip == "" {
+			continue
+		}
+		out, err := exec.CommandContext(ctx, "valkey-cli", "-h", ip, "-a", password, "--no-auth-warning", "DBSIZE").Output()
+		if err != nil {
+			continue // not serving yet
+		}
+		v, _ := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		total = max(total, v)
+	}
+	return total, nil
+}
+
+// waitNothingOwned waits until the namespace holds nothing the operator made.
+func (b *bench) waitNothingOwned(ctx context.Context, timeout time.Duration) error {
+	sel := render.LabelManagedBy + "=" + render.ManagedBy
+	kinds := []string{"valkeyclusters", "valkeynodes", "pods", "services", "configmaps", "secrets"}
+	return poll.Until(ctx, 250*time.Millisecond, timeout, "everything of the fleet gone", func(ctx context.Context) (bool, string, error) {
+		left := 0
+		for _, k := range kinds {
+			args := []string{"get", k, "-o", "name"}
+			if k != "valkeyclusters" {
+				args = append(args, "-l", sel)
+			}
+			out, err := b.kubectl.In(fleetNamespace).Run(ctx, args...)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			left += len(strings.Fields(out))
+		}
+		return left == 0, fmt.Sprintf("%d objects left", left), nil
+	})
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	i := int(math.Ceil(p/100*float64(len(sorted)))) - 1
+	return sorted[max(i, 0)]
+}
+
+// usage samples the operator process's RSS (every 250 ms) and reads its CPU time.
+type usage struct {
+	pid      int
+	mu       sync.Mutex
+	peak     float64 // MiB since the last mark
+	cpuStart float64
+	done     chan struct{}
+}
+
+func startUsage(pid int) *usage {
+	u := &usage{pid: pid, done: make(chan struct{}), cpuStart: cpuSeconds(pid)}
+	go func() {
+		t := time.NewTicker(250 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-u.done:
+				return
+			case <-t.C:
+				if v := rssMiB(pid); v > 0 {
+					u.mu.Lock()
+					u.peak = max(u.peak, v)
+					u.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return u
+}
+
+// mark returns the largest RSS since the last mark and starts a new period.
+func (u *usage) mark() float64 {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	p := max(u.peak, rssMiB(u.pid))
+	u.peak = 0
+	return p
+}
+
+func (u *usage) cpuSeconds() float64 { return cpuSeconds(u.pid) - u.cpuStart }
+func (u *usage) stop()               { close(u.done) }
+
+func rssMiB(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// cpuSeconds is the process's user+system time (/proc/<pid>/stat fields 14 and 15).
+func cpuSeconds(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	_, rest, _ := strings.Cut(string(b), ") ") // the command name may hold spaces
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
+
+// httpGet reads url's body.
+func httpGet(ctx context.Context, url string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(body), nil
+}
