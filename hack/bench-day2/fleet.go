@@ -405,4 +405,3 @@ func (b *bench) waitNothingOwned(ctx context.Context, timeout time.Duration) err
 		return left == 0, fmt.Sprintf("%d objects left", left), nil
 	})
 }
-
