@@ -34,6 +34,9 @@ var suite struct {
 	dyn      dynamic.Interface
 	operator *operator
 	bin, tmp string // the operator binary and the folder of its logs
+	// operatorKubeconfig authenticates as the operator's ServiceAccount (install_test.go);
+	// the tests' own kubectl keeps the admin kubeconfig.
+	operatorKubeconfig string
 }
 
 func TestMain(m *testing.M) {
@@ -132,11 +135,38 @@ func withCluster(m *testing.M, env *devtest.Env, bin, tmp string) int {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
+	deployed, err := installDeploy()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	code := withDeploy(m, env, bin, tmp)
+	if err := uninstallClusterScoped(deployed); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: removing deploy/'s cluster-scoped objects:", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+// withDeploy runs the operator under its ServiceAccount, once deploy/'s policies are in
+// force, and runs the tests.
+func withDeploy(m *testing.M, env *devtest.Env, bin, tmp string) int {
+	suite.operatorKubeconfig = filepath.Join(tmp, "operator.kubeconfig")
+	if err := writeOperatorKubeconfig(env.Kubeconfig, suite.operatorKubeconfig); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	if err := waitPoliciesInForce(30 * time.Second); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
 	if err := waitSchedulable(env, 60*time.Second); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
-	op, err := startOperator(bin, env.Kubeconfig, filepath.Join(tmp, "manager.log"))
+	op, err := startOperator(bin, suite.operatorKubeconfig, filepath.Join(tmp, "manager.log"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: operator:", err)
 		return 1

@@ -22,11 +22,13 @@ import (
 // operator is the cmd/manager binary running as a real process against the dev cluster.
 type operator struct{ *operatorproc.Process }
 
-// startOperator runs the manager and waits until its readiness endpoint answers.
+// startOperator runs the manager as the shipped Deployment does, with leader election (so
+// the Lease rights are exercised), and waits until its readiness endpoint answers.
 func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
 	p, err := operatorproc.Start(context.Background(), operatorproc.Options{
 		Bin: bin, Kubeconfig: kubeconfig, Namespace: operatorNamespace, LogPath: logPath,
-		Args: []string{"--recheck-interval", recheckInterval.String()},
+		Args:        []string{"--recheck-interval", recheckInterval.String()},
+		LeaderElect: true,
 	})
 	if err != nil {
 		return nil, err
@@ -35,11 +37,15 @@ func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
 }
 
 // crashAndRestart SIGKILLs the suite's operator (no shutdown of any kind) and starts a new
-// one in its place, logging to a file of its own.
+// one in its place, logging to a file of its own. The killed leader's Lease would hold its
+// successor off until it expires (15 s); these tests are about what the successor does, not
+// about that wait, so the Lease is deleted (as admin) and the successor creates a new one.
 func crashAndRestart(t *testing.T) {
 	t.Helper()
 	require.NoError(t, suite.operator.Kill())
-	op, err := startOperator(suite.bin, suite.env.Kubeconfig, filepath.Join(suite.tmp, fmt.Sprintf("manager-%d.log", time.Now().UnixNano())))
+	out, err := kubectlRun("", "delete", "lease", leaderLease, "-n", operatorNamespace, "--ignore-not-found")
+	require.NoError(t, err, out)
+	op, err := startOperator(suite.bin, suite.operatorKubeconfig, filepath.Join(suite.tmp, fmt.Sprintf("manager-%d.log", time.Now().UnixNano())))
 	require.NoError(t, err, "restarting the operator")
 	suite.operator = op
 }

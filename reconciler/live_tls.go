@@ -352,7 +352,7 @@ func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m
 func (r *Reconciler) rotated(ctx context.Context, p *pass, ro *certRollout, want *x509.Certificate, nodes int) {
 	sec := &corev1.Secret{}
 	var related *corev1.Secret
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: p.key.Namespace, Name: p.cluster.TLSSecretRef()}, sec); err == nil {
+	if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: p.key.Namespace, Name: p.cluster.TLSSecretRef()}, sec); err == nil {
 		related = sec
 	}
 	took := time.Since(ro.since).Round(100 * time.Millisecond)

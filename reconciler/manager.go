@@ -75,10 +75,13 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 	managed := labels.SelectorFromSet(labels.Set{render.LabelManagedBy: render.ManagedBy})
 	copts := cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			// Only the operator's own pods and ConfigMaps; TLS Secrets are user-made, so
-			// Secrets are cached unfiltered.
+			// Only the operator's own pods, Services, ConfigMaps and Secrets. TLS Secrets are
+			// the users' own: a pass reads the one it needs directly, and a cache of Secret
+			// names alone wakes the clusters that use one when it changes (watches.go).
 			&corev1.Pod{}:       {Label: managed},
+			&corev1.Service{}:   {Label: managed},
 			&corev1.ConfigMap{}: {Label: managed},
+			&corev1.Secret{}:    {Label: managed},
 		},
 	}
 	if mc.SyncPeriod > 0 {

@@ -22,7 +22,8 @@ func (r *Reconciler) validateTLS(ctx context.Context, p *pass) *outcome {
 	name := p.cluster.TLSSecretRef()
 	sec := &corev1.Secret{}
 	found := true
-	if err := r.client.Get(ctx, types.NamespacedName{Namespace: p.key.Namespace, Name: name}, sec); err != nil {
+	// A direct read: the user's Secret is not in the operator's label-filtered cache.
+	if err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: p.key.Namespace, Name: name}, sec); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return done(ctrl.Result{}, err)
 		}

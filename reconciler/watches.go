@@ -2,19 +2,24 @@ package reconciler
 
 import (
 	"context"
+	"fmt"
 	"slices"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/resolve"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // ControllerName names the controller (logs, metrics, Events' reporting controller).
@@ -27,6 +32,15 @@ const ControllerName = "valkeycluster"
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error { return r.setup(mgr, false) }
 
 func (r *Reconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error {
+	names, err := NewSecretNames(mgr.GetConfig(), cache.Options{
+		HTTPClient: mgr.GetHTTPClient(), Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Add(names); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(views.NewClusterObject()).
@@ -35,12 +49,53 @@ func (r *Reconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error {
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.tlsSecretToClusters)).
+		WatchesRawSource(source.Kind[client.Object](names, SecretMetadata(), handler.EnqueueRequestsFromMapFunc(r.tlsSecretToClusters))).
 		Watches(views.NewConfigObject(), handler.EnqueueRequestsFromMapFunc(r.configToClusters)).
 		Watches(views.NewImageObject(), handler.EnqueueRequestsFromMapFunc(r.imageToClusters)).
 		Watches(views.NewRoleObject(), handler.EnqueueRequestsFromMapFunc(r.roleToClusters)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(skipNameValidation)}).
 		Complete(r)
+}
+
+// SecretNames is a cache of its own, apart from the manager's, that holds the namespace and
+// name of every Secret in the cluster and nothing else. A TLS Secret is the user's, without
+// the operator's label, so the manager's label-filtered Secret cache never sees it; watching
+// the names (a metadata-only watch, trimmed further on arrival) still wakes the clusters that
+// use one when it changes, while its content is read with a direct GET only by the pass that
+// needs it. So the operator keeps no copy of anyone's keys, and not even of their annotations
+// (kubectl's last-applied-configuration of a Secret holds its data).
+type SecretNames struct{ cache.Cache }
+
+// GetCache has the manager run SecretNames with its own caches: started, and synced, before
+// the controllers.
+func (s SecretNames) GetCache() cache.Cache { return s.Cache }
+
+// NewSecretNames builds the Secret-name cache; opts carry the manager's client settings.
+func NewSecretNames(cfg *rest.Config, opts cache.Options) (SecretNames, error) {
+	opts.DefaultTransform = nameOnly
+	c, err := cache.New(cfg, opts)
+	if err != nil {
+		return SecretNames{}, fmt.Errorf("creating the Secret name cache: %w", err)
+	}
+	return SecretNames{c}, nil
+}
+
+// SecretMetadata is the metadata-only form of a Secret that SecretNames holds.
+func SecretMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return m
+}
+
+// nameOnly trims an object's metadata to its identity before the cache stores it.
+func nameOnly(o any) (any, error) {
+	m, ok := o.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return o, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: m.Namespace, Name: m.Name, UID: m.UID, ResourceVersion: m.ResourceVersion,
+	}}, nil
 }
 
 // podToCluster maps a Valkey pod to its cluster through the cluster label.

@@ -174,6 +174,10 @@ func (c Config) args() map[string][]string {
 			"--kubelet-certificate-authority=" + pk("ca.crt"),
 			"--kubelet-preferred-address-types=InternalIP",
 			"--allow-privileged=true", "--profiling=false", "--v=1",
+			// On top of the default plugins, as OpenShift and other hardened clusters run it:
+			// setting blockOwnerDeletion needs update on the owner's finalizers, so the
+			// operator's RBAC is tested against it.
+			"--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
 		},
 		"kube-scheduler": {
 			"--kubeconfig=" + c.KubeconfigFor("scheduler"),

@@ -26,10 +26,12 @@ type Options struct {
 	Namespace  string   // the operator's own namespace (--namespace)
 	LogPath    string   // stdout and stderr go here
 	Args       []string // further flags
+	// LeaderElect runs leader election (a Lease in Namespace), as the shipped Deployment
+	// does; off, the process reconciles at once and needs no Lease rights.
+	LeaderElect bool
 }
 
-// Process is a running manager. Leader election is off; metrics and probes listen on free
-// ports of 127.0.0.1.
+// Process is a running manager. Metrics and probes listen on free ports of 127.0.0.1.
 type Process struct {
 	cmd        *exec.Cmd
 	LogPath    string
@@ -56,7 +58,7 @@ func Start(ctx context.Context, o Options) (*Process, error) {
 	args := append([]string{
 		"--kubeconfig", o.Kubeconfig,
 		"--namespace", o.Namespace,
-		"--leader-elect=false",
+		fmt.Sprintf("--leader-elect=%t", o.LeaderElect),
 		"--metrics-bind-address", fmt.Sprintf("127.0.0.1:%d", metricsPort),
 		"--health-probe-bind-address", fmt.Sprintf("127.0.0.1:%d", probePort),
 	}, o.Args...)

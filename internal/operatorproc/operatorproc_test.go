@@ -70,6 +70,24 @@ func TestStartWaitsForReadinessAndStops(t *testing.T) {
 	require.NoError(t, p.Stop(), "stopping twice")
 }
 
+// TestLeaderElectFlag: the process runs with leader election exactly when asked, so a suite
+// that asks for it exercises the Lease rights the shipped Deployment needs.
+func TestLeaderElectFlag(t *testing.T) {
+	for _, tc := range []struct {
+		elect bool
+		want  string
+	}{{false, "--leader-elect=false"}, {true, "--leader-elect=true"}} {
+		t.Run(tc.want, func(t *testing.T) {
+			o := fake(t, "serve")
+			o.LeaderElect = tc.elect
+			p, err := operatorproc.Start(context.Background(), o)
+			require.NoError(t, err)
+			require.NoError(t, p.Stop())
+			assert.Contains(t, p.Tail(10), tc.want)
+		})
+	}
+}
+
 func TestStartReportsAnEarlyExitWithTheLog(t *testing.T) {
 	_, err := operatorproc.Start(context.Background(), fake(t, "fail"))
 	require.Error(t, err)
