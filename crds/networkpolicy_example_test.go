@@ -16,9 +16,9 @@ import (
 
 // TestNetworkPolicyExample: the shipped NetworkPolicy selects the example cluster's servers
 // (by the labels the operator puts on its pods), lets only those servers reach the cluster
-// bus, and opens the client port to them, the operator and the applications' rule. The real
-// API server accepts it in TestOnRealAPIServer ("every example applies"); the dev cluster
-// cannot enforce it.
+// bus, opens the client port to them, the operator and the applications' rule, and the
+// exporter's metrics port to Prometheus alone. The real API server accepts it in
+// TestOnRealAPIServer ("every example applies"); the dev cluster cannot enforce it.
 func TestNetworkPolicyExample(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(crds.Dir(), "..", "examples", "networkpolicy.yaml"))
 	require.NoError(t, err)
@@ -29,7 +29,7 @@ func TestNetworkPolicyExample(t *testing.T) {
 	assert.Equal(t, own, np.Spec.PodSelector.MatchLabels, "selects the cluster's servers by the operator's labels")
 	assert.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
 
-	clientPeers := 0
+	clientPeers, metricsPeers := 0, 0
 	for _, rule := range np.Spec.Ingress {
 		var ports []int
 		for _, p := range rule.Ports {
@@ -49,8 +49,13 @@ func TestNetworkPolicyExample(t *testing.T) {
 				if port == render.ClientPort {
 					clientPeers += len(rule.From)
 				}
+				if port == render.ExporterPort {
+					metricsPeers += len(rule.From)
+					assert.Equal(t, []int{render.ExporterPort}, ports, "the metrics rule opens nothing else")
+				}
 			}
 		}
 	}
 	assert.Equal(t, 3, clientPeers, "the client port admits the servers, the operator and the applications")
+	assert.Equal(t, 1, metricsPeers, "the exporter's port admits Prometheus alone")
 }

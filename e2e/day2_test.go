@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomomento/valkey-operator/devcluster/dockernet"
 	"github.com/gomomento/valkey-operator/internal/clusterview"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
+	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
@@ -357,15 +357,10 @@ func (n *ns) killContainer(pod string) {
 	n.docker("kill", "--signal", "KILL", n.containerOf(pod))
 }
 
-// containerOf is the ID of the one running container of a pod.
+// containerOf is the ID of the running server container of a pod.
 func (n *ns) containerOf(pod string) string {
 	n.t.Helper()
-	ids := strings.Fields(n.docker("ps", "-q",
-		"--filter", "label="+dockernet.LabelInstance+"="+suite.env.Instance,
-		"--filter", "label="+dockernet.LabelPodNamespace+"="+n.name,
-		"--filter", "label="+dockernet.LabelPodName+"="+pod))
-	require.Len(n.t, ids, 1, "one running container for pod %s", pod)
-	return ids[0]
+	return n.containerNamed(pod, render.ContainerName)
 }
 
 func (n *ns) docker(args ...string) string {

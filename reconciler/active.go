@@ -113,7 +113,7 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		pn := plan.Node{Name: n.Name(), Shard: spec.Shard, Hash: spec.SpecHash, Lifecycle: n.Status().Lifecycle, RecordedID: n.Status().NodeID, Pod: plan.PodGone}
 		if pod := p.pods[n.Name()]; pod != nil {
 			pn.Pod, pn.Unschedulable = podState(pod)
-			pn.Exited = pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+			pn.Exited = serverExited(pod)
 			if pn.Pod == plan.PodStarting {
 				pn.NotReadyFor = r.opts.Now().Sub(pod.CreationTimestamp.Time)
 			}
@@ -134,7 +134,7 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 // still answer for a while) or gone (its container stopped for good; pods never restart).
 func podState(pod *corev1.Pod) (plan.Pod, string) {
 	switch {
-	case pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded:
+	case serverExited(pod):
 		return plan.PodGone, ""
 	case pod.DeletionTimestamp != nil:
 		return plan.PodLost, ""
@@ -147,6 +147,28 @@ func podState(pod *corev1.Pod) (plan.Pod, string) {
 		}
 	}
 	return plan.PodStarting, ""
+}
+
+// serverExited reports that the pod's server is gone for good: the pod has stopped, or its
+// server container has terminated (pods never restart it). The pod's phase alone would not
+// say so while the exporter sidecar still runs: a pod stays Running as long as any of its
+// containers does.
+func serverExited(pod *corev1.Pod) bool {
+	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
+		return true
+	}
+	cs := serverStatus(pod)
+	return cs != nil && cs.State.Terminated != nil
+}
+
+// serverStatus is the status of the pod's server container, nil until the kubelet reports it.
+func serverStatus(pod *corev1.Pod) *corev1.ContainerStatus {
+	for i := range pod.Status.ContainerStatuses {
+		if pod.Status.ContainerStatuses[i].Name == render.ContainerName {
+			return &pod.Status.ContainerStatuses[i]
+		}
+	}
+	return nil
 }
 
 // act performs one planned action. Every topology action is an Event; an action that fails

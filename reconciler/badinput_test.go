@@ -114,7 +114,7 @@ func TestBadInputIsNamedAndDisturbsNothing(t *testing.T) {
 					c.SetACL([]views.ACLUser{bad})
 				})
 			},
-			"acl usernames 'default', 'operator' and 'replication' are reserved for the operator"},
+			"acl usernames 'default', 'operator', 'replication' and 'exporter' are reserved for the operator"},
 		{"4 names", "a cluster name with a dot", func() error { return newCluster("my.cluster") },
 			"ValkeyCluster names start with a lowercase letter"},
 		{"4 names", "a cluster name too long for a pod hostname", func() error { return newCluster(strings.Repeat("c", 58)) },

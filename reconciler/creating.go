@@ -187,7 +187,10 @@ func (r *Reconciler) createPods(ctx context.Context, p *pass, nodes []views.Node
 		if err := r.createNodeConfig(ctx, n, owner); err != nil {
 			return err
 		}
-		pod := render.Pod(n.Name(), p.key.Namespace, n.Spec(), annotations)
+		// The exporter's password file is rendered from the login (ensureAuthSecret), which
+		// cannot change before this pod's volumes are mounted: a new login is recorded only
+		// once every node is a ready server.
+		pod := render.Pod(n.Name(), p.key.Namespace, n.Spec(), render.PodAnnotations(annotations, n.Spec(), p.operatorPassword))
 		pod.OwnerReferences = []metav1.OwnerReference{owner}
 		if err := r.client.Create(ctx, pod); err != nil {
 			if apierrors.IsAlreadyExists(err) {
@@ -259,12 +262,18 @@ func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
 	return nil
 }
 
-// podReady reports the pod's Ready condition: its readiness probe (TCP on the client port)
-// passed, so the server accepts connections. Running alone only means the container started;
-// dialing then races the server's start-up (connection refused, a spurious BootstrapFailed
-// Warning Event and a poll interval lost). The Ready transition is a Pod event, so waiting
-// for it costs no extra latency.
+// podReady reports whether the pod's server is ready: its readiness probe (TCP on the client
+// port) passed, so the server accepts connections. Running alone only means the container
+// started; dialing then races the server's start-up (connection refused, a spurious
+// BootstrapFailed Warning Event and a poll interval lost). The Ready transition is a Pod
+// event, so waiting for it costs no extra latency. It is the server container's own
+// readiness when the pod reports it: the pod's Ready condition also waits for the exporter
+// sidecar, and a sidecar that failed (an image without the exporter) must not take a
+// serving server out of the cluster.
 func podReady(pod *corev1.Pod) bool {
+	if cs := serverStatus(pod); cs != nil {
+		return cs.Ready
+	}
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue

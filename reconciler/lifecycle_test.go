@@ -91,14 +91,16 @@ func TestCreatingToActive(t *testing.T) {
 	assert.Len(t, sec.Data["operator-password"], 64)
 	assert.NotEqual(t, sec.Data["password"], sec.Data["operator-password"])
 	assert.Equal(t, "masteruser replication\nmasterauth "+valkeyops.ReplicationPassword(string(sec.Data["operator-password"]))+"\n", string(sec.Data["replication.conf"]))
+	assert.Equal(t, render.ExporterPasswords(string(sec.Data["operator-password"])), sec.Data["exporter-passwords.json"])
 	cm := &corev1.ConfigMap{}
 	getObj(t, cm, ns, "c1-acl")
-	// The exact file: the three users, each password only as its hash; the applications'
+	// The exact file: the four users, each password only as its hash; the applications'
 	// default user administers nothing, the replication user only replicates (no CLUSTER
-	// SYNCSLOTS: the image is Valkey 8.0).
+	// SYNCSLOTS: the image is Valkey 8.0), the exporter user only reads statistics.
 	assert.Equal(t, "user default on #"+hashHex(string(sec.Data["password"]))+" ~* resetchannels &* +@all -@admin -@dangerous +info\n"+
 		"user operator on #"+hashHex(string(sec.Data["operator-password"]))+" ~* resetchannels &* +@all\n"+
-		"user replication on #"+hashHex(valkeyops.ReplicationPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +psync +sync +replconf +ping\n",
+		"user replication on #"+hashHex(valkeyops.ReplicationPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +psync +sync +replconf +ping\n"+
+		"user exporter on #"+hashHex(valkeyops.ExporterPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n",
 		cm.Data["users.acl"])
 	for _, o := range []client.Object{svc, sec, cm} {
 		assert.True(t, metav1.IsControlledBy(o, cluster.U), "%s owned by the cluster", o.GetName())

@@ -39,6 +39,13 @@ import (
 // operator restarted at any moment logs in again. While a ValkeyNode is not a readable
 // server (a pod starting, one lost) no server loses any operator password: that node may
 // authenticate with one.
+//
+// The replication and exporter users' passwords are derived from the operator password
+// (valkeyops.ReplicationPassword, ExporterPassword) and rotate with it, in the same passes.
+// One exception: an exporter sidecar reads its password file once, when its pod starts, so
+// it keeps logging in with the password of the login its pod was created under. That pod's
+// server alone keeps accepting it (the pod's AnnotationExporterPassword names its hash) until
+// the pod is replaced; it opens nothing but the exporter user's statistics.
 
 // Event reasons of the live credentials step.
 const (
@@ -73,14 +80,19 @@ type aclFix struct {
 
 // planCredentials decides what a pass changes. spec is the cluster's ACL; login is the
 // operator password the servers are known to accept, wanted the auth Secret's; nodes names
-// every ValkeyNode of the cluster; held is what the ready ones hold. It is pure.
+// every ValkeyNode of the cluster; held is what the ready ones hold; exporters maps a node to
+// the hash of the password its exporter sidecar logs in with (its pod's annotation). It is
+// pure.
 //
-// Only what differs is changed. The operator and replication users accept the passwords of
-// login and wanted (rotating). A server keeps every other hash it accepts while a password
-// may still be in use: while some node is not readable (it may be a replica that
+// Only what differs is changed. The operator, replication and exporter users accept the
+// passwords of login and wanted (rotating). A server keeps every other hash it accepts while
+// a password may still be in use: while some node is not readable (it may be a replica that
 // authenticates with one of them) and while some server's replication login is still to be
-// changed (its replica may reconnect with the old one before this pass changes it).
-func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []string, held []valkeyops.AuthState) credentialsPlan {
+// changed (its replica may reconnect with the old one before this pass changes it). A
+// server's exporter user also keeps the hash its own exporter logs in with, but only one it
+// already accepts: the annotation can keep a password the operator gave that server, never
+// add one.
+func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []string, held []valkeyops.AuthState, exporters map[string]string) credentialsPlan {
 	var plan credentialsPlan
 	read := map[string]bool{}
 	for _, st := range held {
@@ -111,10 +123,16 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 		want := base
 		stale := extraHashes(st.OperatorHashes(), login, wanted)
 		staleRepl := extraHashes(st.ReplicationHashes(), valkeyops.ReplicationPassword(login), valkeyops.ReplicationPassword(wanted))
+		staleExp := extraHashes(st.ExporterHashes(), valkeyops.ExporterPassword(login), valkeyops.ExporterPassword(wanted))
+		if pin := exporters[st.Node.Name]; slices.Contains(staleExp, pin) {
+			staleExp = slices.DeleteFunc(staleExp, func(h string) bool { return h == pin })
+			want.ExporterExtraHashes = append(slices.Clone(base.ExporterExtraHashes), pin)
+		}
 		if keepAll {
 			want.OperatorExtraHashes = append(slices.Clone(base.OperatorExtraHashes), stale...)
 			want.ReplicationExtraHashes = append(slices.Clone(base.ReplicationExtraHashes), staleRepl...)
-		} else if len(stale)+len(staleRepl) > 0 {
+			want.ExporterExtraHashes = append(slices.Clone(want.ExporterExtraHashes), staleExp...)
+		} else if len(stale)+len(staleRepl)+len(staleExp) > 0 {
 			plan.retired = true
 		}
 		drift := valkeyops.ACLDrift(want, st.Users)
@@ -122,7 +140,8 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 			continue
 		}
 		// Group by the hash sets, the only part that varies between nodes.
-		k := strings.Join(sortedSet(want.OperatorExtraHashes), ",") + "/" + strings.Join(sortedSet(want.ReplicationExtraHashes), ",")
+		k := strings.Join(sortedSet(want.OperatorExtraHashes), ",") + "/" + strings.Join(sortedSet(want.ReplicationExtraHashes), ",") +
+			"/" + strings.Join(sortedSet(want.ExporterExtraHashes), ",")
 		i, ok := byExtras[k]
 		if !ok {
 			i = len(plan.fixes)
@@ -148,17 +167,31 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 }
 
 // rotating is spec with the operator logging in with login, and both sides of a rotation
-// from login to wanted accepted: the operator and replication users accept the wanted
-// password's hash (the replication user that of the password derived from it) besides the
-// login's. A node started now gets this, and every server holds it before the switch.
+// from login to wanted accepted: the operator, replication and exporter users accept the
+// wanted password's hash (the replication and exporter users those of the passwords derived
+// from it) besides the login's. A node started now gets this, and every server holds it
+// before the switch.
 func rotating(spec valkeyops.ACLSpec, login, wanted string) valkeyops.ACLSpec {
 	spec.OperatorPassword = login
-	spec.OperatorExtraHashes, spec.ReplicationExtraHashes = nil, nil
+	spec.OperatorExtraHashes, spec.ReplicationExtraHashes, spec.ExporterExtraHashes = nil, nil, nil
 	if wanted != "" && wanted != login {
 		spec.OperatorExtraHashes = []string{valkeyops.HashPassword(wanted)}
 		spec.ReplicationExtraHashes = []string{valkeyops.HashPassword(valkeyops.ReplicationPassword(wanted))}
+		spec.ExporterExtraHashes = []string{valkeyops.HashPassword(valkeyops.ExporterPassword(wanted))}
 	}
 	return spec
+}
+
+// exporterLogins maps each node whose pod runs the exporter to the hash of the password the
+// exporter was started with (render.AnnotationExporterPassword).
+func exporterLogins(p *pass) map[string]string {
+	out := map[string]string{}
+	for _, n := range p.nodes {
+		if pod := p.pods[n.Name()]; pod != nil && pod.Annotations[render.AnnotationExporterPassword] != "" {
+			out[n.Name()] = pod.Annotations[render.AnnotationExporterPassword]
+		}
+	}
+	return out
 }
 
 // extraHashes are the hashes of have that are neither login's nor wanted's.
@@ -183,6 +216,10 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 	if p.valkey == nil || len(p.members) == 0 || p.acl.OperatorPassword == "" {
 		return nil
 	}
+	inputs := credentialInputs(p)
+	if r.credChecks.fresh(p.key, inputs, r.opts.Now()) {
+		return nil // read and found converged on these inputs a moment ago (credcheck.go)
+	}
 	actx, cancel := context.WithTimeout(ctx, observeTimeout)
 	defer cancel()
 	held, err := p.valkey.ReadAuth(actx, p.members)
@@ -199,7 +236,10 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 	for _, n := range p.nodes {
 		names = append(names, n.Name())
 	}
-	plan := planCredentials(p.acl, p.operatorPassword, p.operatorPasswordWanted, names, held)
+	plan := planCredentials(p.acl, p.operatorPassword, p.operatorPasswordWanted, names, held, exporterLogins(p))
+	if plan.idle() && allRead(held, len(p.nodes)) {
+		r.credChecks.converged(p.key, inputs, r.opts.Now())
+	}
 
 	fail := func(action string, err error) *outcome {
 		r.warn(p, ReasonACLApplyFailed, action, fmt.Sprintf("%s failed: %v", action, err))

@@ -17,13 +17,14 @@ func TestPlanCredentials(t *testing.T) {
 	app := valkeyops.ACLUser{Name: "app", PasswordHashes: []string{valkeyops.HashPassword("app-pw")}}
 	spec := valkeyops.ACLSpec{DefaultPassword: "default-pw", Users: []valkeyops.ACLUser{app}}
 	// holds is a readable server holding spec with the operator user accepting logins (and
-	// the replication user the passwords derived from them), replicating with the login that
-	// goes with masterauth.
+	// the replication and exporter users the passwords derived from them), replicating with
+	// the login that goes with masterauth.
 	holds := func(name string, s valkeyops.ACLSpec, masterauth string, logins ...string) valkeyops.AuthState {
 		s.OperatorPassword = logins[0]
 		for _, l := range logins[1:] {
 			s.OperatorExtraHashes = append(s.OperatorExtraHashes, valkeyops.HashPassword(l))
 			s.ReplicationExtraHashes = append(s.ReplicationExtraHashes, valkeyops.HashPassword(valkeyops.ReplicationPassword(l)))
+			s.ExporterExtraHashes = append(s.ExporterExtraHashes, valkeyops.HashPassword(valkeyops.ExporterPassword(l)))
 		}
 		user, pw := valkeyops.ReplicationLogin(masterauth)
 		return valkeyops.AuthState{Node: valkeyops.Node{Name: name}, Users: s.Expected(),
@@ -33,6 +34,14 @@ func TestPlanCredentials(t *testing.T) {
 	// replication user existed.
 	asOperator := func(st valkeyops.AuthState, pw string) valkeyops.AuthState {
 		st.MasterUser, st.MasterAuthHash = valkeyops.OperatorUser, valkeyops.HashPassword(pw)
+		return st
+	}
+	// exporterKeeps is st whose exporter user also accepts the exporter password derived
+	// from the operator password pw, as a server keeps it for its own exporter.
+	exporterKeeps := func(st valkeyops.AuthState, pw string) valkeyops.AuthState {
+		u := st.Users[valkeyops.ExporterUser]
+		u.Hashes = slices.Sorted(slices.Values(append(slices.Clone(u.Hashes), exporterHash(pw))))
+		st.Users[valkeyops.ExporterUser] = u
 		return st
 	}
 	unreadable := func(name string) valkeyops.AuthState {
@@ -46,6 +55,9 @@ func TestPlanCredentials(t *testing.T) {
 	type fix struct {
 		nodes, users []string
 		logins       []string // the operator passwords the fix's ACL accepts
+		// exporterKeeps are operator passwords whose derived exporter password the fix's
+		// exporter user keeps besides those of logins (its own exporter's).
+		exporterKeeps []string
 	}
 	tests := []struct {
 		name         string
@@ -59,6 +71,7 @@ func TestPlanCredentials(t *testing.T) {
 		retired      bool
 		waitingFor   string
 		acceptsExtra []string // passwords a fix keeps besides login and wanted (incomplete view)
+		exporters    map[string]string
 	}{
 		{
 			name: "converged: nothing to do", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
@@ -92,13 +105,13 @@ func TestPlanCredentials(t *testing.T) {
 		{
 			name: "rotation, first pass: the new password is added everywhere, then logged in with", login: c, want: d, spec: spec, nodes: []string{"a", "b"},
 			held:        []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
-			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"operator", "replication"}, logins: []string{c, d}}},
+			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"exporter", "operator", "replication"}, logins: []string{c, d}}},
 			switchLogin: true,
 		},
 		{
 			name: "rotation waits for a node that is not a ready server", login: c, want: d, spec: spec, nodes: []string{"a", "b", "starting"},
 			held:       []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c, d)},
-			fixes:      []fix{{nodes: []string{"a"}, users: []string{"operator", "replication"}, logins: []string{c, d}}},
+			fixes:      []fix{{nodes: []string{"a"}, users: []string{"exporter", "operator", "replication"}, logins: []string{c, d}}},
 			waitingFor: "starting",
 		},
 		{
@@ -114,7 +127,7 @@ func TestPlanCredentials(t *testing.T) {
 		{
 			name: "rotation, third pass: every masterauth follows the login, the old password goes", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
 			held:    []valkeyops.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
-			fixes:   []fix{{nodes: []string{"a", "b"}, users: []string{"operator", "replication"}, logins: []string{d}}},
+			fixes:   []fix{{nodes: []string{"a", "b"}, users: []string{"exporter", "operator", "replication"}, logins: []string{d}}},
 			retired: true,
 		},
 		{
@@ -136,8 +149,34 @@ func TestPlanCredentials(t *testing.T) {
 		{
 			name: "once every node is seen a stale operator password goes", login: d, want: d, spec: spec, nodes: []string{"a"},
 			held:    []valkeyops.AuthState{holds("a", spec, d, d, "older-pw")},
-			fixes:   []fix{{nodes: []string{"a"}, users: []string{"operator", "replication"}, logins: []string{d}}},
+			fixes:   []fix{{nodes: []string{"a"}, users: []string{"exporter", "operator", "replication"}, logins: []string{d}}},
 			retired: true,
+		},
+		{
+			name: "rotation, third pass: a server keeps the old exporter password its own exporter was started with", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
+			held:      []valkeyops.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
+			exporters: map[string]string{"a": exporterHash(c), "b": exporterHash(d)},
+			fixes: []fix{
+				{nodes: []string{"a"}, users: []string{"operator", "replication"}, logins: []string{d}, exporterKeeps: []string{c}},
+				{nodes: []string{"b"}, users: []string{"exporter", "operator", "replication"}, logins: []string{d}},
+			},
+			retired: true,
+		},
+		{
+			name: "converged: the kept exporter password stays while its exporter runs", login: d, want: d, spec: spec, nodes: []string{"a"},
+			held:      []valkeyops.AuthState{exporterKeeps(holds("a", spec, d, d), c)},
+			exporters: map[string]string{"a": exporterHash(c)},
+		},
+		{
+			name: "its exporter gone (pod replaced), the old exporter password goes", login: d, want: d, spec: spec, nodes: []string{"a"},
+			held:    []valkeyops.AuthState{exporterKeeps(holds("a", spec, d, d), c)},
+			fixes:   []fix{{nodes: []string{"a"}, users: []string{"exporter"}, logins: []string{d}}},
+			retired: true,
+		},
+		{
+			name: "an annotation naming a password the server does not hold adds nothing", login: d, want: d, spec: spec, nodes: []string{"a"},
+			held:      []valkeyops.AuthState{holds("a", spec, d, d)},
+			exporters: map[string]string{"a": exporterHash("chosen-by-someone")},
 		},
 		{
 			name: "the Secret changed back mid-rotation: the record follows it", login: d, want: c, spec: spec, nodes: []string{"a"},
@@ -148,7 +187,7 @@ func TestPlanCredentials(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			plan := planCredentials(tt.spec, tt.login, tt.want, tt.nodes, tt.held)
+			plan := planCredentials(tt.spec, tt.login, tt.want, tt.nodes, tt.held, tt.exporters)
 			assert.Equal(t, tt.replication, nodeNames(plan.replication), "replication logins set")
 			var fixes []fix
 			for _, f := range plan.fixes {
@@ -160,14 +199,23 @@ func TestPlanCredentials(t *testing.T) {
 					}
 				}
 				// The operator user accepts exactly the logins and the kept passwords; the
-				// replication user the passwords derived from the same ones.
-				var op, repl []string
+				// replication and exporter users the passwords derived from the same ones, and
+				// the exporter user also the one its own exporter keeps.
+				var op, repl, exp []string
 				for _, pw := range append(slices.Clone(got.logins), tt.acceptsExtra...) {
 					op = append(op, valkeyops.HashPassword(pw))
 					repl = append(repl, valkeyops.HashPassword(valkeyops.ReplicationPassword(pw)))
+					exp = append(exp, exporterHash(pw))
+				}
+				for _, pw := range []string{c, d} {
+					if h := exporterHash(pw); slices.Contains(users[valkeyops.ExporterUser].Hashes, h) && !slices.Contains(exp, h) {
+						got.exporterKeeps = append(got.exporterKeeps, pw)
+						exp = append(exp, h)
+					}
 				}
 				assert.ElementsMatch(t, op, users[valkeyops.OperatorUser].Hashes, "operator user's passwords")
 				assert.ElementsMatch(t, repl, users[valkeyops.ReplicationUser].Hashes, "replication user's passwords")
+				assert.ElementsMatch(t, exp, users[valkeyops.ExporterUser].Hashes, "exporter user's passwords")
 				assert.Equal(t, tt.spec.DefaultPassword, f.spec.DefaultPassword)
 				assert.Equal(t, tt.login, f.spec.OperatorPassword, "the login is always accepted")
 				fixes = append(fixes, got)
@@ -178,4 +226,10 @@ func TestPlanCredentials(t *testing.T) {
 			assert.Equal(t, tt.waitingFor, plan.waiting, "rotation waiting for")
 		})
 	}
+}
+
+// exporterHash is the hash of the exporter password derived from operator password pw, as a
+// pod's AnnotationExporterPassword holds it.
+func exporterHash(pw string) string {
+	return valkeyops.HashPassword(valkeyops.ExporterPassword(pw))
 }

@@ -27,8 +27,13 @@ const ReplicationUser = "replication"
 // exactly when the operator password is rotated (and rotates by the same two phases), and
 // it reveals nothing of the operator password it was derived from.
 func ReplicationPassword(operatorPassword string) string {
+	return derivePassword(operatorPassword, "valkey-operator/replication")
+}
+
+// derivePassword is HMAC-SHA256(operatorPassword, label) in hex.
+func derivePassword(operatorPassword, label string) string {
 	m := hmac.New(sha256.New, []byte(operatorPassword))
-	m.Write([]byte("valkey-operator/replication"))
+	m.Write([]byte(label))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
@@ -91,6 +96,11 @@ type ACLSpec struct {
 	// ReplicationExtraHashes are, likewise, further hashes the replication user accepts
 	// besides ReplicationPassword(OperatorPassword)'s, while its password rotates.
 	ReplicationExtraHashes []string
+	// ExporterExtraHashes are further hashes the exporter user accepts besides
+	// ExporterPassword(OperatorPassword)'s: while its password rotates, and, on one node, the
+	// hash of the password that node's exporter was started with (it reads its password
+	// file once, so it keeps using that one until its pod is replaced).
+	ExporterExtraHashes []string
 	// ReplicationSyncsSlots grants the replication user CLUSTER SYNCSLOTS (see
 	// ReplicationSyncsSlots); set it only when every server of the cluster knows it.
 	ReplicationSyncsSlots bool
@@ -121,14 +131,14 @@ func ValidateACL(spec ACLSpec) error {
 	for _, extra := range []struct {
 		user   string
 		hashes []string
-	}{{OperatorUser, spec.OperatorExtraHashes}, {ReplicationUser, spec.ReplicationExtraHashes}} {
+	}{{OperatorUser, spec.OperatorExtraHashes}, {ReplicationUser, spec.ReplicationExtraHashes}, {ExporterUser, spec.ExporterExtraHashes}} {
 		for _, h := range extra.hashes {
 			if !aclHashRe.MatchString(strings.ToLower(h)) {
 				return opErr("", "acl-validate", fmt.Errorf("%w: user %q: password hash must be 64 hex digits", ErrInvalidSpec, extra.user))
 			}
 		}
 	}
-	seen := map[string]bool{"default": true, OperatorUser: true, ReplicationUser: true}
+	seen := map[string]bool{"default": true, OperatorUser: true, ReplicationUser: true, ExporterUser: true}
 	for _, u := range spec.Users {
 		bad := func(format string, args ...any) error {
 			return opErr("", "acl-validate", fmt.Errorf("%w: user %q: %s", ErrInvalidSpec, u.Name, fmt.Sprintf(format, args...)))
@@ -292,8 +302,8 @@ func sign(allow bool) string {
 	return "-"
 }
 
-// users returns every user of the spec in file order: default, operator, replication, then
-// spec users.
+// users returns every user of the spec in file order: default, operator, replication,
+// exporter, then spec users.
 // The default user gets the applications' access (appAccess), or is off; the operator's user
 // gets +@all because it needs every command it issues, including those MIGRATE, replication
 // and atomic slot migration run on its behalf (a missing one stalls rebalances or loses keys
@@ -303,6 +313,7 @@ func (spec ACLSpec) users() []aclUserRules {
 		{name: "default", off: spec.DefaultUserOff, hashes: []string{HashPassword(spec.DefaultPassword)}, root: appAccess()},
 		{name: OperatorUser, hashes: spec.operatorHashes(), root: allAccess()},
 		{name: ReplicationUser, hashes: loginFirst(ReplicationPassword(spec.OperatorPassword), spec.ReplicationExtraHashes), root: replicationAccess(spec.ReplicationSyncsSlots)},
+		{name: ExporterUser, hashes: loginFirst(ExporterPassword(spec.OperatorPassword), spec.ExporterExtraHashes), root: exporterAccess()},
 	}
 	for _, u := range spec.Users {
 		r := aclUserRules{name: u.Name, root: aclPermRules{commands: []string{"-@all"}}}

@@ -13,7 +13,7 @@ func TestRenderACL(t *testing.T) {
 	tests := []struct {
 		name  string
 		users []ACLUser
-		want  []string // lines after default, operator and replication
+		want  []string // lines after default, operator, replication and exporter
 	}{
 		{name: "no spec users"},
 		{
@@ -45,13 +45,15 @@ func TestRenderACL(t *testing.T) {
 			spec := ACLSpec{DefaultPassword: "d", OperatorPassword: "o", Users: tt.users}
 			require.NoError(t, ValidateACL(spec))
 			got := strings.Split(strings.TrimSuffix(RenderACL(spec), "\n"), "\n")
-			require.GreaterOrEqual(t, len(got), 3)
+			require.GreaterOrEqual(t, len(got), 4)
 			assert.Equal(t, "user default on #"+HashPassword("d")+" ~* resetchannels &* +@all -@admin -@dangerous +info", got[0], "the applications' login administers nothing")
 			assert.Equal(t, "user operator on #"+HashPassword("o")+" ~* resetchannels &* +@all", got[1])
 			assert.Equal(t, "user replication on #"+HashPassword(ReplicationPassword("o"))+" resetchannels -@all +psync +sync +replconf +ping", got[2],
 				"replicas' login runs only replication")
+			assert.Equal(t, "user exporter on #"+HashPassword(ExporterPassword("o"))+" resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname", got[3],
+				"the exporter's login reads statistics only: no key, no channel, no CONFIG, no SLOWLOG GET")
 			// Every line is asserted whole, so no plaintext password can hide in the file.
-			assert.Equal(t, tt.want, nilIfEmpty(got[3:]))
+			assert.Equal(t, tt.want, nilIfEmpty(got[4:]))
 		})
 	}
 }

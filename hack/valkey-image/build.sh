@@ -5,13 +5,22 @@
 #   ${VALKEY_IMAGE:-valkey-operator/valkey:8.0}   bookworm-backports valkey-server/valkey-tools 8.0.x
 #   ${VALKEY9_IMAGE:-valkey-operator/valkey:9.1}  sid valkey-server/valkey-tools 9.1.x
 #
+# Each also holds Debian's prometheus-redis-exporter of the same suite (bookworm's 1.45 in the
+# 8.0 image, sid's in the 9.1 image): the operator runs it as the optional metrics sidecar of
+# a node (ValkeyConfig spec.exporter), from the node's own image, so it needs no image of its
+# own and nothing to pull.
+#
 # Both are root filesystems made of the valkey .debs plus the library .debs they link against,
 # unpacked with `dpkg -x` and built FROM scratch (each image carries its own libc, so the sid
 # packages never touch the host). Package lists live in a private apt state directory, apart from
 # the system's, so nothing is installed on or changed in the host's apt configuration.
 #
-# Idempotent: an image that `docker image inspect` already finds is skipped (FORCE=1 rebuilds).
-# Both images hold /usr/bin/valkey-server and /usr/bin/valkey-cli, default to uid/gid 999 and
+# Idempotent: an image that `docker image inspect` already finds is skipped (FORCE=1 rebuilds),
+# but only if it carries this script's recipe stamp (the label valkey-operator.recipe, the
+# SHA-256 of this file): an image built by an older version of the script (say, without the
+# exporter) is rebuilt, so `make valkey-image` brings a developer's machine up to date.
+# Both images hold /usr/bin/valkey-server, /usr/bin/valkey-cli and
+# /usr/bin/prometheus-redis-exporter, default to uid/gid 999 and
 # work directory /data (writable by 999), and take plain server arguments, e.g.
 #   docker run --rm valkey-operator/valkey:8.0 valkey-server --port 6379 --cluster-enabled yes
 set -euo pipefail
@@ -23,7 +32,13 @@ MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
 log() { echo "valkey-image: $*" >&2; }
 
-have_image() { [[ "${FORCE:-0}" != 1 ]] && docker image inspect "$1" >/dev/null 2>&1; }
+RECIPE="$(sha256sum "${BASH_SOURCE[0]}" | cut -d' ' -f1)"
+
+# have_image TAG: the image exists and was built by this very recipe (FORCE=1: never).
+have_image() {
+	[[ "${FORCE:-0}" != 1 ]] &&
+		[[ "$(docker image inspect --format '{{index .Config.Labels "valkey-operator.recipe"}}' "$1" 2>/dev/null)" == "$RECIPE" ]]
+}
 
 # apt_private NAME SOURCES... : an apt configuration of its own under $WORK/NAME/apt.
 apt_private() {
@@ -63,7 +78,7 @@ make_rootfs() {
 	for d in lib lib64 bin sbin; do
 		if [[ ! -e "$rootfs/$d" && -d "$rootfs/usr/$d" ]]; then ln -s "usr/$d" "$rootfs/$d"; fi
 	done
-	for bin in valkey-server valkey-cli; do
+	for bin in valkey-server valkey-cli prometheus-redis-exporter; do
 		[[ -e "$rootfs/usr/bin/$bin" ]] || { log "missing /usr/bin/$bin in $name rootfs"; exit 1; }
 	done
 	mkdir -p "$rootfs/data" "$rootfs/tmp" "$rootfs/etc/valkey/acl" "$rootfs/etc/valkey/tls"
@@ -75,10 +90,12 @@ make_rootfs() {
 	local missing
 	missing="$(chroot "$rootfs" /lib64/ld-linux-x86-64.so.2 --list /usr/bin/valkey-server 2>&1 | grep 'not found' || true)"
 	missing+="$(chroot "$rootfs" /lib64/ld-linux-x86-64.so.2 --list /usr/bin/valkey-cli 2>&1 | grep 'not found' || true)"
+	missing+="$(chroot "$rootfs" /lib64/ld-linux-x86-64.so.2 --list /usr/bin/prometheus-redis-exporter 2>&1 | grep 'not found' || true)"
 	if [[ -n "$missing" ]]; then
 		log "$name rootfs lacks libraries:"; echo "$missing" >&2; exit 1
 	fi
 	chroot --userspec=999:999 "$rootfs" /usr/bin/valkey-server --version >&2
+	chroot --userspec=999:999 "$rootfs" /usr/bin/prometheus-redis-exporter -version >&2
 }
 
 # build_image NAME TAG : FROM scratch image of $WORK/NAME/rootfs. `docker import` keeps the
@@ -91,11 +108,13 @@ build_image() {
 			--change 'USER 999:999' \
 			--change 'WORKDIR /data' \
 			--change 'ENV PATH=/usr/bin:/bin' \
-			--change 'EXPOSE 6379 16379' \
+			--change 'EXPOSE 6379 16379 9121' \
 			--change 'CMD ["valkey-server"]' \
+			--change "LABEL valkey-operator.recipe=$RECIPE" \
 			- "$tag" >/dev/null
 	docker run --rm --user 999:999 "$tag" valkey-server --version
 	docker run --rm --user 999:999 "$tag" valkey-cli --version
+	docker run --rm --user 999:999 "$tag" prometheus-redis-exporter -version
 }
 
 LIBS_COMMON=(libc6 libsystemd0 libjemalloc2 liblzf1 libatomic1 libcap2 libgcc-s1 libstdc++6
@@ -107,21 +126,21 @@ if ! have_image "$VALKEY_IMAGE" || ! have_image "$VALKEY9_IMAGE"; then
 fi
 
 if have_image "$VALKEY_IMAGE"; then
-	log "$VALKEY_IMAGE present, skipping"
+	log "$VALKEY_IMAGE present (recipe $RECIPE), skipping"
 else
 	apt_private bookworm \
 		"deb $MIRROR bookworm main" \
 		"deb $MIRROR bookworm-updates main" \
 		"deb $MIRROR bookworm-backports main"
 	make_rootfs valkey8 valkey-server/bookworm-backports valkey-tools/bookworm-backports \
-		libssl3 "${LIBS_COMMON[@]}"
+		prometheus-redis-exporter libssl3 "${LIBS_COMMON[@]}"
 	build_image valkey8 "$VALKEY_IMAGE"
 fi
 
 if have_image "$VALKEY9_IMAGE"; then
-	log "$VALKEY9_IMAGE present, skipping"
+	log "$VALKEY9_IMAGE present (recipe $RECIPE), skipping"
 else
 	apt_private sid "deb $MIRROR sid main"
-	make_rootfs valkey9 valkey-server valkey-tools libssl3t64 "${LIBS_COMMON[@]}"
+	make_rootfs valkey9 valkey-server valkey-tools prometheus-redis-exporter libssl3t64 "${LIBS_COMMON[@]}"
 	build_image valkey9 "$VALKEY9_IMAGE"
 fi

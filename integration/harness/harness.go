@@ -178,6 +178,39 @@ func (e *Env) StartNode(ctx context.Context, shard int) (valkeyops.Node, error) 
 	return n, nil
 }
 
+// StartSidecar starts cmd from the Env's image in node name's network namespace, as a second
+// container of a pod shares its first one's: it reaches the node on localhost, and the host
+// reaches it at the node's IP. files are written into it first (path to content, mode 0644);
+// it runs as 999:999 and counts as started once its output shows ready. Close removes it.
+func (e *Env) StartSidecar(ctx context.Context, name string, cmd []string, files map[string][]byte, ready string) error {
+	node := e.Container(name)
+	if node == nil {
+		return fmt.Errorf("no container for %s", name)
+	}
+	var cf []testcontainers.ContainerFile
+	for path, b := range files {
+		cf = append(cf, testcontainers.ContainerFile{Reader: bytes.NewReader(b), ContainerFilePath: path, FileMode: 0o644})
+	}
+	c, err := testcontainers.Run(ctx, e.cfg.Image,
+		testcontainers.WithCmd(cmd...),
+		testcontainers.WithFiles(cf...),
+		testcontainers.WithConfigModifier(func(c *container.Config) { c.User = "999:999" }),
+		testcontainers.WithHostConfigModifier(func(h *container.HostConfig) {
+			h.NetworkMode = container.NetworkMode("container:" + node.GetContainerID())
+		}),
+		testcontainers.WithWaitStrategy(wait.ForLog(ready).WithStartupTimeout(30*time.Second)),
+	)
+	if c != nil {
+		e.mu.Lock()
+		e.containers[fmt.Sprintf("%s/sidecar-%d", name, len(e.containers))] = c
+		e.mu.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("start sidecar of %s: %w", name, err)
+	}
+	return nil
+}
+
 // Container returns the container of node name.
 func (e *Env) Container(name string) *testcontainers.DockerContainer {
 	e.mu.Lock()

@@ -39,7 +39,7 @@ func TestACLSpec(t *testing.T) {
 		name        string
 		users       []views.ACLUser
 		defaultOn   bool     // spec.defaultUser as the view resolves it
-		wantUsers   []string // the lines after default and operator
+		wantUsers   []string // the lines after default, operator, replication and exporter
 		wantMissing []string
 	}{
 		{name: "no users", defaultOn: true},
@@ -78,7 +78,8 @@ func TestACLSpec(t *testing.T) {
 			// The applications' shared login never administers anything, and is off unless kept.
 			want := "user default " + state + " #" + valkeyops.HashPassword("d-pw") + " ~* resetchannels &* +@all -@admin -@dangerous +info\n" +
 				"user operator on #" + valkeyops.HashPassword("o-pw") + " ~* resetchannels &* +@all\n" +
-				"user replication on #" + valkeyops.HashPassword(valkeyops.ReplicationPassword("o-pw")) + " resetchannels -@all +psync +sync +replconf +ping\n"
+				"user replication on #" + valkeyops.HashPassword(valkeyops.ReplicationPassword("o-pw")) + " resetchannels -@all +psync +sync +replconf +ping\n" +
+				"user exporter on #" + valkeyops.HashPassword(valkeyops.ExporterPassword("o-pw")) + " resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n"
 			for _, l := range tt.wantUsers {
 				want += l + "\n"
 			}

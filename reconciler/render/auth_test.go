@@ -9,9 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The auth Secret gives new pods the replication login every server accepts now, which lags
-// the user's operator-password while a rotation to it is under way; the record Secret holds
-// only that accepted password.
+// The auth Secret gives new pods the replication login and the exporter's password file that
+// go with the operator password every server accepts now, which lags the user's
+// operator-password while a rotation to it is under way; the record Secret holds only that
+// accepted password.
 func TestAuthSecrets(t *testing.T) {
 	tests := []struct {
 		name, operator, login string
@@ -25,9 +26,10 @@ func TestAuthSecrets(t *testing.T) {
 			require.NotNil(t, s.Name)
 			assert.Equal(t, "c1-auth", *s.Name)
 			assert.Equal(t, map[string][]byte{
-				"password":          []byte("app-pw"),
-				"operator-password": []byte(tt.operator),
-				"replication.conf":  []byte("masteruser replication\nmasterauth " + valkeyops.ReplicationPassword(tt.login) + "\n"),
+				"password":                []byte("app-pw"),
+				"operator-password":       []byte(tt.operator),
+				"replication.conf":        []byte("masteruser replication\nmasterauth " + valkeyops.ReplicationPassword(tt.login) + "\n"),
+				"exporter-passwords.json": render.ExporterPasswords(tt.login),
 			}, s.Data)
 			assert.Equal(t, render.Labels("c1"), s.Labels)
 

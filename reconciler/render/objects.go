@@ -96,18 +96,19 @@ func NewPassword(r io.Reader) (string, error) {
 }
 
 // AuthSecret renders the auth Secret: the passwords the user may read and edit, and the
-// replication login new pods start with. That login is the operator password every server
-// accepts now (loginPassword), which is the user's operatorPassword except while a rotation
-// to it is under way: a pod created meanwhile must authenticate to primaries that do not
-// know the new password yet.
+// replication login and exporter password file new pods start with. Both follow from the
+// operator password every server accepts now (loginPassword), which is the user's
+// operatorPassword except while a rotation to it is under way: a pod created meanwhile must
+// authenticate to servers that do not know the new password yet.
 func AuthSecret(cluster, namespace, password, operatorPassword, loginPassword string) *corev1ac.SecretApplyConfiguration {
 	return corev1ac.Secret(AuthSecretName(cluster), namespace).
 		WithLabels(Labels(cluster)).
 		WithType(corev1.SecretTypeOpaque).
 		WithData(map[string][]byte{
-			AuthPasswordKey:         []byte(password),
-			AuthOperatorPasswordKey: []byte(operatorPassword),
-			AuthReplicationConfKey:  ReplicationConf(loginPassword),
+			AuthPasswordKey:          []byte(password),
+			AuthOperatorPasswordKey:  []byte(operatorPassword),
+			AuthReplicationConfKey:   ReplicationConf(loginPassword),
+			AuthExporterPasswordsKey: ExporterPasswords(loginPassword),
 		})
 }
 

@@ -42,7 +42,8 @@ const HandOverSeconds = 5
 // NodeTimeoutMillis is every server's cluster-node-timeout.
 const NodeTimeoutMillis = 3000
 
-// ContainerName is the name of the one container of a Valkey pod.
+// ContainerName is the name of the Valkey server's container, a pod's first (the exporter
+// sidecar, when on, is its second).
 const ContainerName = "valkey"
 
 // NodeSpec builds the spec a new ValkeyNode is created with: the resolved settings, the
@@ -62,14 +63,17 @@ func NodeSpec(cluster views.Cluster, shard int, res resolve.Resolved, defaultZon
 		Resources:    res.Resources,
 		Placement:    p,
 		TLSSecretRef: cluster.TLSSecretRef(),
+		Exporter:     res.Exporter,
 	}
 	s.SpecHash = SpecHash(s)
 	return s
 }
 
 // SpecHash hashes every field whose change requires replacing a node: image, Valkey settings,
-// resources, zones and nodeSelector. zoneSpread and the TLS Secret name are deliberately
-// left out: a zoneSpread change replaces nothing and certificates are reloaded live.
+// resources, zones, nodeSelector and the exporter sidecar (a pod's containers are fixed).
+// zoneSpread and the TLS Secret name are deliberately left out: a zoneSpread change replaces
+// nothing and certificates are reloaded live. The exporter is hashed only when on, so nodes
+// made before it existed keep their hash and are not replaced by an operator upgrade.
 func SpecHash(s views.NodeSpec) string {
 	b, _ := json.Marshal(struct {
 		Image        string            `json:"image"`
@@ -78,7 +82,8 @@ func SpecHash(s views.NodeSpec) string {
 		Resources    views.Resources   `json:"resources"`
 		Zones        []string          `json:"zones"`
 		NodeSelector map[string]string `json:"nodeSelector"`
-	}{s.Image, s.Version, s.Valkey, s.Resources, sortedUnique(s.Placement.Zones), s.Placement.NodeSelector})
+		Exporter     bool              `json:"exporter,omitempty"`
+	}{s.Image, s.Version, s.Valkey, s.Resources, sortedUnique(s.Placement.Zones), s.Placement.NodeSelector, s.Exporter})
 	sum := sha256.Sum256(b) // encoding/json sorts map keys, so this is canonical
 	return hex.EncodeToString(sum[:8])
 }
@@ -286,6 +291,9 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 			Affinity:                  affinity(s.Placement.Zones),
 			TopologySpreadConstraints: spread(s, shardSelector),
 		},
+	}
+	if s.Exporter {
+		addExporter(pod, s)
 	}
 	if len(pod.Annotations) == 0 {
 		pod.Annotations = nil

@@ -29,6 +29,9 @@ type Resolved struct {
 	Version   string
 	Valkey    map[string]string
 	Resources views.Resources
+	// Exporter: the nodes run the metrics exporter sidecar (spec.exporter.enabled, the
+	// child's value winning; off when no config of the chain sets it).
+	Exporter bool
 }
 
 // MissingConfigError: a ValkeyConfig in the chain does not exist.
@@ -105,6 +108,9 @@ func Resolve(ctx context.Context, l Lookup, configRef string) (Resolved, error) 
 		}
 		if r.Memory != "" {
 			res.Resources.Memory = r.Memory
+		}
+		if on, set := c.ExporterEnabled(); set {
+			res.Exporter = on
 		}
 	}
 	if len(res.Valkey) == 0 {

@@ -93,3 +93,34 @@ func TestResolve(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveExporter: spec.exporter.enabled is inherited through baseRef, a child's value
+// (true or false) wins, and a chain that never sets it runs no exporter.
+func TestResolveExporter(t *testing.T) {
+	withExporter := func(c views.Config, on bool) views.Config {
+		c.SetExporterEnabled(on)
+		return c
+	}
+	m := menu{
+		configs: map[string]views.Config{
+			"plain":    config("plain", "v8", "", views.Resources{}, nil),
+			"on":       withExporter(config("on", "v8", "", views.Resources{}, nil), true),
+			"inherit":  config("inherit", "", "on", views.Resources{}, nil),
+			"off":      withExporter(config("off", "", "on", views.Resources{}, nil), false),
+			"on-again": withExporter(config("on-again", "", "off", views.Resources{}, nil), true),
+		},
+		images: map[string]views.Image{"v8": image("v8", "valkey/valkey", "8.0.1", "8.0.1")},
+	}
+	for _, tc := range []struct {
+		ref  string
+		want bool
+	}{
+		{"plain", false}, {"on", true}, {"inherit", true}, {"off", false}, {"on-again", true},
+	} {
+		t.Run(tc.ref, func(t *testing.T) {
+			got, err := resolve.Resolve(context.Background(), m, tc.ref)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got.Exporter)
+		})
+	}
+}

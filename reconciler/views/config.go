@@ -17,6 +17,13 @@ type configSpec struct {
 	BaseRef   string            `json:"baseRef,omitempty"`
 	Resources Resources         `json:"resources,omitzero"`
 	Valkey    map[string]string `json:"valkey,omitempty"`
+	Exporter  *exporterSpec     `json:"exporter,omitempty"`
+}
+
+// exporterSpec is spec.exporter. Enabled is a pointer because a config that leaves it unset
+// inherits its base's value, while one that sets false turns off what its base turned on.
+type exporterSpec struct {
+	Enabled *bool `json:"enabled,omitempty"`
 }
 
 func (c Config) spec() configSpec               { return decode[configSpec](c.U, specKey) }
@@ -28,9 +35,23 @@ func (c Config) BaseRef() string           { return c.spec().BaseRef }
 func (c Config) Resources() Resources      { return c.spec().Resources }
 func (c Config) Valkey() map[string]string { return c.spec().Valkey }
 
+// ExporterEnabled is spec.exporter.enabled; set is false when this config leaves it to its
+// base (and the base chain's root to the default, off).
+func (c Config) ExporterEnabled() (enabled, set bool) {
+	if e := c.spec().Exporter; e != nil && e.Enabled != nil {
+		return *e.Enabled, true
+	}
+	return false, false
+}
+
 func (c Config) SetImageRef(s string)     { c.editSpec(func(w *configSpec) { w.ImageRef = s }) }
 func (c Config) SetBaseRef(s string)      { c.editSpec(func(w *configSpec) { w.BaseRef = s }) }
 func (c Config) SetResources(r Resources) { c.editSpec(func(w *configSpec) { w.Resources = r }) }
 func (c Config) SetValkey(m map[string]string) {
 	c.editSpec(func(w *configSpec) { w.Valkey = m })
+}
+
+// SetExporterEnabled sets spec.exporter.enabled.
+func (c Config) SetExporterEnabled(on bool) {
+	c.editSpec(func(w *configSpec) { w.Exporter = &exporterSpec{Enabled: &on} })
 }

@@ -38,7 +38,9 @@ type NodeSpec struct {
 	Resources    Resources         `json:"resources,omitzero"`
 	Placement    Placement         `json:"placement,omitzero"`
 	TLSSecretRef string            `json:"-"`
-	SpecHash     string            `json:"specHash,omitempty"`
+	// Exporter: the node's pod runs the metrics exporter sidecar.
+	Exporter bool   `json:"exporter,omitempty"`
+	SpecHash string `json:"specHash,omitempty"`
 }
 
 // nodeSpec is the stored spec: NodeSpec's flat fields plus spec.tls.

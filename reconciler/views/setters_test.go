@@ -92,6 +92,12 @@ func setterCases() []setterCase {
 		{"config valkey", views.NewConfigObject, func(u *unstructured.Unstructured) { cf(u).SetValkey(map[string]string{"maxmemory": "1gb"}) }, "spec",
 			map[string]any{"valkey": map[string]any{"maxmemory": "1gb"}}, func(u *unstructured.Unstructured) any { return cf(u).Valkey() },
 			map[string]string{"maxmemory": "1gb"}},
+		{"config exporter off", views.NewConfigObject, func(u *unstructured.Unstructured) { cf(u).SetExporterEnabled(false) }, "spec",
+			map[string]any{"exporter": map[string]any{"enabled": false}}, func(u *unstructured.Unstructured) any { return pair(cf(u).ExporterEnabled()) },
+			[2]bool{false, true}},
+		{"config exporter on", views.NewConfigObject, func(u *unstructured.Unstructured) { cf(u).SetExporterEnabled(true) }, "spec",
+			map[string]any{"exporter": map[string]any{"enabled": true}}, func(u *unstructured.Unstructured) any { return pair(cf(u).ExporterEnabled()) },
+			[2]bool{true, true}},
 		{"image repository", views.NewImageObject, func(u *unstructured.Unstructured) { im(u).SetRepository("valkey/valkey") }, "spec",
 			map[string]any{"repository": "valkey/valkey"}, func(u *unstructured.Unstructured) any { return im(u).Repository() }, "valkey/valkey"},
 		{"image tag", views.NewImageObject, func(u *unstructured.Unstructured) { im(u).SetTag("9.0.0") }, "spec",
@@ -107,6 +113,9 @@ func setterCases() []setterCase {
 			func(u *unstructured.Unstructured) any { return ro(u).Commands() }, []views.Rule{{Name: "flushall"}}},
 	}
 }
+
+// pair holds two results, so a two-valued getter can be compared.
+func pair(a, b bool) [2]bool { return [2]bool{a, b} }
 
 // TestSetterRoundTrip: every setter stores exactly the schema's field, in JSON-compatible
 // types (a deep copy panics on anything else), and reads back what it was given after both

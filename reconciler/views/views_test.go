@@ -56,8 +56,9 @@ func TestNodeRoundTrip(t *testing.T) {
 	n := views.Node{U: views.NewNodeObject()}
 	spec := views.NodeSpec{Cluster: "c", Shard: 2, Image: "r:t", Version: "9.0.0", Valkey: map[string]string{"a": "b"},
 		Resources: views.Resources{CPU: "1", Memory: "1Gi"}, Placement: views.Placement{Zones: []string{"z"}, ZoneSpread: "bestEffort"},
-		TLSSecretRef: "tls", SpecHash: "h"}
+		TLSSecretRef: "tls", Exporter: true, SpecHash: "h"}
 	n.SetSpec(spec)
+	assert.Equal(t, true, n.U.Object["spec"].(map[string]any)["exporter"], "stored as spec.exporter")
 	n.SetStatus(views.NodeStatus{Lifecycle: "Joining", PodIP: "10.0.0.1"})
 	cp := views.Node{U: n.U.DeepCopy()}
 	assert.Equal(t, spec, cp.Spec())
