@@ -14,9 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -181,22 +179,11 @@ func TestBadInputIsNamedAndDisturbsNothing(t *testing.T) {
 // ownedBy maps kind/name to resourceVersion for the cluster and everything labelled as its.
 func ownedBy(t *testing.T, key types.NamespacedName) map[string]string {
 	t.Helper()
-	out := map[string]string{"ValkeyCluster/" + key.Name: getCluster(t, key).U.GetResourceVersion()}
-	lists := map[string]client.ObjectList{
+	out := snapshot(t, k8s, map[string]client.ObjectList{
 		"ValkeyNode": views.NewNodeListObject(), "Pod": &corev1.PodList{}, "Service": &corev1.ServiceList{},
 		"Secret": &corev1.SecretList{}, "ConfigMap": &corev1.ConfigMapList{},
-	}
-	for kind, list := range lists {
-		require.NoError(t, k8s.List(context.Background(), list, client.InNamespace(key.Namespace), client.MatchingLabels{render.LabelCluster: key.Name}))
-		require.NoError(t, meta.EachListItem(list, func(o runtime.Object) error {
-			m, err := meta.Accessor(o)
-			if err != nil {
-				return err
-			}
-			out[kind+"/"+m.GetName()] = m.GetResourceVersion()
-			return nil
-		}))
-	}
+	}, client.InNamespace(key.Namespace), client.MatchingLabels{render.LabelCluster: key.Name})
+	out["ValkeyCluster/"+key.Name] = getCluster(t, key).U.GetResourceVersion()
 	require.Greater(t, len(out), 8, "the running cluster's objects are found")
 	return out
 }

@@ -64,14 +64,19 @@ func TestIdleClusterMakesNoWrites(t *testing.T) {
 // write in ns, read through c.
 func snapshotNamespace(t *testing.T, c client.Reader, ns string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	lists := map[string]client.ObjectList{
+	return snapshot(t, c, map[string]client.ObjectList{
 		"ValkeyCluster": views.NewClusterListObject(), "ValkeyNode": views.NewNodeListObject(),
 		"Pod": &corev1.PodList{}, "Service": &corev1.ServiceList{}, "Secret": &corev1.SecretList{},
 		"ConfigMap": &corev1.ConfigMapList{}, "Event": &eventsv1.EventList{},
-	}
+	}, client.InNamespace(ns))
+}
+
+// snapshot maps kind/name to resourceVersion for the objects of lists that opts select.
+func snapshot(t *testing.T, c client.Reader, lists map[string]client.ObjectList, opts ...client.ListOption) map[string]string {
+	t.Helper()
+	out := map[string]string{}
 	for kind, list := range lists {
-		require.NoError(t, c.List(context.Background(), list, client.InNamespace(ns)))
+		require.NoError(t, c.List(context.Background(), list, opts...))
 		require.NoError(t, meta.EachListItem(list, func(o runtime.Object) error {
 			m, err := meta.Accessor(o)
 			if err != nil {
