@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gomomento/valkey-operator/internal/operatorproc"
+	"github.com/gomomento/valkey-operator/internal/promscrape"
 )
 
 // operator is the cmd/manager binary running as a real process against the dev cluster.
@@ -69,34 +69,17 @@ func (o *operator) rssKiB() (int64, error) {
 // reconcileTotal sums controller_runtime_reconcile_total over results from the metrics
 // endpoint: a number that stops moving when the operator is idle.
 func (o *operator) reconcileTotal() (float64, error) {
-	resp, err := http.Get(o.MetricsURL)
+	m, err := o.scrape()
 	if err != nil {
 		return 0, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET %s: %s", o.MetricsURL, resp.Status)
-	}
-	sum, found := 0.0, false
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "controller_runtime_reconcile_total{") {
-			continue
-		}
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return 0, fmt.Errorf("metrics line %q: %w", line, err)
-		}
-		sum, found = sum+v, true
-	}
-	if err := sc.Err(); err != nil {
-		return 0, err
-	}
-	if !found {
+	samples := m.Samples("controller_runtime_reconcile_total")
+	if len(samples) == 0 {
 		return 0, errors.New("no controller_runtime_reconcile_total in the operator's metrics")
+	}
+	sum := 0.0
+	for _, s := range samples {
+		sum += s.Value
 	}
 	return sum, nil
 }
@@ -104,33 +87,17 @@ func (o *operator) reconcileTotal() (float64, error) {
 // metric is the value of the operator's series name whose labels include want (0, false
 // when there is none).
 func (o *operator) metric(name string, want map[string]string) (float64, bool, error) {
-	resp, err := http.Get(o.MetricsURL)
+	m, err := o.scrape()
 	if err != nil {
 		return 0, false, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, false, fmt.Errorf("GET %s: %s", o.MetricsURL, resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, name+"{") {
-			continue
-		}
-		labels, value, ok := strings.Cut(strings.TrimPrefix(line, name+"{"), "} ")
-		if !ok {
-			continue
-		}
-		matched := true
-		for k, v := range want {
-			matched = matched && strings.Contains(","+labels+",", ","+k+`="`+v+`",`)
-		}
-		if matched {
-			f, err := strconv.ParseFloat(value, 64)
-			return f, true, err
-		}
-	}
-	return 0, false, sc.Err()
+	v, found := m.Value(name, want)
+	return v, found, nil
+}
+
+// scrape reads the operator's metrics endpoint once.
+func (o *operator) scrape() (promscrape.Metrics, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return promscrape.Get(ctx, o.MetricsURL)
 }

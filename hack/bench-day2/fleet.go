@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/internal/promscrape"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 )
@@ -282,31 +282,18 @@ func commandCalls(ctx context.Context, servers []fleetServer) (map[string]float6
 
 // clientRequests reads the operator's API requests by method from its metrics endpoint.
 func (b *bench) clientRequests(ctx context.Context) (map[string]float64, error) {
-	text, err := httpGet(ctx, b.op.MetricsURL)
+	m, err := promscrape.Get(ctx, b.op.MetricsURL)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	sc := bufio.NewScanner(strings.NewReader(text))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "rest_client_requests_total{") {
-			continue
-		}
-		_, rest, _ := strings.Cut(line, `method="`)
-		method, _, _ := strings.Cut(rest, `"`)
-		f := strings.Fields(line)
-		v, err := strconv.ParseFloat(f[len(f)-1], 64)
-		if err != nil {
-			return nil, err
-		}
-		out[method] += v
+	for _, s := range m.Samples("rest_client_requests_total") {
+		out[s.Labels["method"]] += s.Value
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("no rest_client_requests_total on %s", b.op.MetricsURL)
 	}
-	return out, sc.Err()
+	return out, nil
 }
 
 // crossClusterDelay times a 1x0 cluster's formation while the fleet is idle, and again while
