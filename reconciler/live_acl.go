@@ -121,18 +121,22 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 			continue
 		}
 		want := base
-		stale := extraHashes(st.OperatorHashes(), login, wanted)
-		staleRepl := extraHashes(st.ReplicationHashes(), valkeyops.ReplicationPassword(login), valkeyops.ReplicationPassword(wanted))
-		staleExp := extraHashes(st.ExporterHashes(), valkeyops.ExporterPassword(login), valkeyops.ExporterPassword(wanted))
-		if pin := exporters[st.Node.Name]; slices.Contains(staleExp, pin) {
-			staleExp = slices.DeleteFunc(staleExp, func(h string) bool { return h == pin })
-			want.ExporterExtraHashes = append(slices.Clone(base.ExporterExtraHashes), pin)
+		stale := 0
+		var sets []string
+		for _, u := range loginUsers {
+			extra := u.extra(&want)
+			old := extraHashes(st.Users[u.name].Hashes, u.password(login), u.password(wanted))
+			if pin := exporters[st.Node.Name]; u.name == valkeyops.ExporterUser && slices.Contains(old, pin) {
+				old = slices.DeleteFunc(old, func(h string) bool { return h == pin })
+				*extra = append(slices.Clone(*extra), pin)
+			}
+			if keepAll {
+				*extra = append(slices.Clone(*extra), old...)
+			}
+			stale += len(old)
+			sets = append(sets, strings.Join(sortedSet(*extra), ","))
 		}
-		if keepAll {
-			want.OperatorExtraHashes = append(slices.Clone(base.OperatorExtraHashes), stale...)
-			want.ReplicationExtraHashes = append(slices.Clone(base.ReplicationExtraHashes), staleRepl...)
-			want.ExporterExtraHashes = append(slices.Clone(want.ExporterExtraHashes), staleExp...)
-		} else if len(stale)+len(staleRepl)+len(staleExp) > 0 {
+		if !keepAll && stale > 0 {
 			plan.retired = true
 		}
 		drift := valkeyops.ACLDrift(want, st.Users)
@@ -140,8 +144,7 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 			continue
 		}
 		// Group by the hash sets, the only part that varies between nodes.
-		k := strings.Join(sortedSet(want.OperatorExtraHashes), ",") + "/" + strings.Join(sortedSet(want.ReplicationExtraHashes), ",") +
-			"/" + strings.Join(sortedSet(want.ExporterExtraHashes), ",")
+		k := strings.Join(sets, "/")
 		i, ok := byExtras[k]
 		if !ok {
 			i = len(plan.fixes)
@@ -173,13 +176,28 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 // before the switch.
 func rotating(spec valkeyops.ACLSpec, login, wanted string) valkeyops.ACLSpec {
 	spec.OperatorPassword = login
-	spec.OperatorExtraHashes, spec.ReplicationExtraHashes, spec.ExporterExtraHashes = nil, nil, nil
-	if wanted != "" && wanted != login {
-		spec.OperatorExtraHashes = []string{valkeyops.HashPassword(wanted)}
-		spec.ReplicationExtraHashes = []string{valkeyops.HashPassword(valkeyops.ReplicationPassword(wanted))}
-		spec.ExporterExtraHashes = []string{valkeyops.HashPassword(valkeyops.ExporterPassword(wanted))}
+	for _, u := range loginUsers {
+		*u.extra(&spec) = nil
+		if wanted != "" && wanted != login {
+			*u.extra(&spec) = []string{valkeyops.HashPassword(u.password(wanted))}
+		}
 	}
 	return spec
+}
+
+// loginUser is a user whose password is the operator password or derived from it: how it
+// is derived, and where an ACLSpec keeps the further hashes it accepts.
+type loginUser struct {
+	name     string
+	password func(operatorPassword string) string
+	extra    func(*valkeyops.ACLSpec) *[]string
+}
+
+// loginUsers are the users whose passwords rotate with the operator password.
+var loginUsers = []loginUser{
+	{valkeyops.OperatorUser, func(p string) string { return p }, func(s *valkeyops.ACLSpec) *[]string { return &s.OperatorExtraHashes }},
+	{valkeyops.ReplicationUser, valkeyops.ReplicationPassword, func(s *valkeyops.ACLSpec) *[]string { return &s.ReplicationExtraHashes }},
+	{valkeyops.ExporterUser, valkeyops.ExporterPassword, func(s *valkeyops.ACLSpec) *[]string { return &s.ExporterExtraHashes }},
 }
 
 // exporterLogins maps each node whose pod runs the exporter to the hash of the password the

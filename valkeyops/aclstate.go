@@ -140,15 +140,6 @@ type AuthState struct {
 	MasterUser, MasterAuthHash string
 }
 
-// OperatorHashes are the hashes the node's operator user accepts.
-func (s AuthState) OperatorHashes() []string { return s.Users[OperatorUser].Hashes }
-
-// ReplicationHashes are the hashes the node's replication user accepts.
-func (s AuthState) ReplicationHashes() []string { return s.Users[ReplicationUser].Hashes }
-
-// ExporterHashes are the hashes the node's exporter user accepts.
-func (s AuthState) ExporterHashes() []string { return s.Users[ExporterUser].Hashes }
-
 // ReadAuth reads, from every node in parallel and without changing anything, its ACL users
 // (ACL USERS, then ACL GETUSER for each) and its replication login (CONFIG GET). A node that
 // cannot be read is reported in its AuthState.Err, never dropped; the error is only for a
