@@ -12,6 +12,9 @@ export VALKEY9_IMAGE ?= valkey-operator/valkey:9.1
 
 GO_TEST := go test -count=1
 IMAGE ?= valkey-operator:dev
+# Where `make dev` runs the operator: cluster (its image as deploy/'s Deployment) or host.
+OPERATOR ?= cluster
+export IMAGE OPERATOR
 BASE_IMAGE ?= scratch
 
 .PHONY: all build image controlplane valkey-image valkey-tools prerequisites lint \
@@ -70,8 +73,8 @@ envtest: controlplane valkey-image
 integration: valkey-image valkey-tools
 	$(GO_TEST) -timeout 30m ./integration/...
 
-## e2e: the dev cluster driven by the real kubectl
-e2e: prerequisites build
+## e2e: the dev cluster driven by the real kubectl (one test installs the operator's image from deploy/)
+e2e: prerequisites build image
 	$(GO_TEST) -timeout 30m ./e2e/...
 
 ## test: every tier
@@ -90,7 +93,8 @@ bench-fleet: prerequisites
 bench-day2: prerequisites
 	go run ./hack/bench-day2
 
-## dev: local Kubernetes + operator + an example 3x1 cluster, then how to reach it
+## dev: local Kubernetes + operator (installed from deploy/; OPERATOR=host: on the host) + an
+## example 3x1 cluster, then how to reach it
 dev: prerequisites build
 	hack/dev/up.sh
 

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,20 +47,30 @@ func readDeploy(root string) ([]*unstructured.Unstructured, error) {
 		if err != nil {
 			return nil, err
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
-		for {
-			o := &unstructured.Unstructured{}
-			if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
-				return nil, fmt.Errorf("deploy/%s: %w", name, err)
-			}
-			if len(o.Object) > 0 {
-				objs = append(objs, o)
-			}
+		part, err := decodeObjects(string(b))
+		if err != nil {
+			return nil, fmt.Errorf("deploy/%s: %w", name, err)
 		}
+		objs = append(objs, part...)
 	}
 	return objs, nil
+}
+
+// decodeObjects reads a YAML (or JSON) stream of objects, skipping empty documents.
+func decodeObjects(stream string) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(stream), 4096)
+	for {
+		o := &unstructured.Unstructured{}
+		if err := dec.Decode(&o.Object); errors.Is(err, io.EOF) {
+			return objs, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if len(o.Object) > 0 {
+			objs = append(objs, o)
+		}
+	}
 }
 
 // moveToNamespace rewrites deploy/'s objects for an operator installed in namespace instead

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -37,6 +38,8 @@ var suite struct {
 	// operatorKubeconfig authenticates as the operator's ServiceAccount (install_test.go);
 	// the tests' own kubectl keeps the admin kubeconfig.
 	operatorKubeconfig string
+	// inCluster is set while the operator runs from deploy/'s Deployment instead of operator.
+	inCluster bool
 }
 
 func TestMain(m *testing.M) {
@@ -216,11 +219,17 @@ func waitSchedulable(env *devtest.Env, timeout time.Duration) error {
 	return err
 }
 
-// noOtherOperator refuses to run next to the operator `make dev` started (DEVCLUSTER_REUSE=1):
-// two operators reconciling the same clusters would make every result meaningless.
+// noOtherOperator refuses to run next to the operator `make dev` started (DEVCLUSTER_REUSE=1),
+// in the cluster or on the host: two operators reconciling the same clusters would make every
+// result meaningless.
 func noOtherOperator() error {
 	if os.Getenv("DEVCLUSTER_REUSE") != "1" {
 		return nil
+	}
+	if out, err := kubectlRun("", "get", "deployment", "valkey-operator", "-n", "valkey-operator", "--ignore-not-found",
+		"-o", "jsonpath={.spec.replicas}"); err == nil && strings.TrimSpace(out) != "" && strings.TrimSpace(out) != "0" {
+		return errors.New("the dev operator runs in the cluster (deployment valkey-operator/valkey-operator); stop it first " +
+			"(kubectl -n valkey-operator scale deployment valkey-operator --replicas=0): the e2e tests run their own")
 	}
 	pidFile := filepath.Join(suite.root, ".dev", "pids", "manager.pid")
 	b, err := os.ReadFile(pidFile)

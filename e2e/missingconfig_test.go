@@ -41,7 +41,7 @@ spec:
 	polls := 0
 	err := poll.Until(context.Background(), 500*time.Millisecond, observe, "stays Creating", func(context.Context) (bool, string, error) {
 		polls++
-		if err := suite.operator.Running(); err != nil {
+		if err := operatorRunning(); err != nil {
 			return false, "", err
 		}
 		state, msg, err := n.state(cluster)

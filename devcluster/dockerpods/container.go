@@ -82,7 +82,7 @@ func (p *Provider) createContainer(ctx context.Context, st *podState, i int) err
 	if err != nil {
 		return err
 	}
-	res, err := podenv.Resolve(pod, c, podenv.Facts{PodIP: st.ip.String(), HostIP: st.hostIP.String()}, p.lookup(ctx))
+	res, err := podenv.Resolve(pod, c, podenv.Facts{PodIP: st.ip.String(), HostIP: st.hostIP.String(), APIServer: p.shared.APIServer}, p.lookup(ctx))
 	if err != nil {
 		return fmt.Errorf("container %s: %w", c.Name, err)
 	}

@@ -53,6 +53,9 @@ type Shared struct {
 	// ResyncPeriod is how often ConfigMap/Secret volumes are compared with
 	// their sources.
 	ResyncPeriod time.Duration
+	// APIServer is the API server's address on the pod network, given to every
+	// container as KUBERNETES_SERVICE_HOST/PORT (see podenv.Facts).
+	APIServer netip.AddrPort
 }
 
 // Provider runs the pods of one Node.

@@ -9,7 +9,9 @@ package podenv
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +28,12 @@ type Lookup interface {
 type Facts struct {
 	PodIP  string
 	HostIP string
+	// APIServer is where a pod reaches the API server; when set, every container gets the
+	// KUBERNETES_SERVICE_HOST/PORT variables in-cluster clients read (client-go's
+	// rest.InClusterConfig). A kubelet takes them from the default/kubernetes Service's
+	// ClusterIP, which kube-proxy routes; the dev cluster has no kube-proxy, so they name the
+	// API server's own address on the pod network (an address its serving certificate holds).
+	APIServer netip.AddrPort
 }
 
 // Resolved is what the container runtime needs.
@@ -73,6 +81,20 @@ func Resolve(pod *corev1.Pod, c *corev1.Container, facts Facts, lookup Lookup) (
 		}
 		if ok {
 			set(e.Name, v)
+		}
+	}
+
+	// The API server's variables come last and only where the container did not set them, as
+	// a kubelet's service variables do.
+	if facts.APIServer.IsValid() {
+		for _, kv := range [][2]string{
+			{"KUBERNETES_SERVICE_HOST", facts.APIServer.Addr().String()},
+			{"KUBERNETES_SERVICE_PORT", strconv.Itoa(int(facts.APIServer.Port()))},
+			{"KUBERNETES_SERVICE_PORT_HTTPS", strconv.Itoa(int(facts.APIServer.Port()))},
+		} {
+			if _, ok := vars[kv[0]]; !ok {
+				set(kv[0], kv[1])
+			}
 		}
 	}
 

@@ -1,6 +1,7 @@
 package podenv
 
 import (
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -120,4 +121,38 @@ func TestResolveOptionalAndMessages(t *testing.T) {
 	assert.EqualError(t, err, `env X: configMap cfg has no key "nokey"`)
 	_, err = Resolve(pod, &corev1.Container{EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "gone"}}}}}, Facts{}, lk)
 	assert.ErrorContains(t, err, "envFrom configMap gone: ")
+}
+
+// In-cluster clients find the API server through KUBERNETES_SERVICE_HOST/PORT; a container's
+// own setting of them wins, and without a known API server none is invented.
+func TestResolveAPIServerVariables(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	api := netip.MustParseAddrPort("10.213.0.1:16443")
+	for _, tc := range []struct {
+		name  string
+		facts Facts
+		env   []corev1.EnvVar
+		want  []string
+		args  []string
+	}{
+		{name: "set from the node", facts: Facts{APIServer: api},
+			want: []string{"KUBERNETES_SERVICE_HOST=10.213.0.1", "KUBERNETES_SERVICE_PORT=16443", "KUBERNETES_SERVICE_PORT_HTTPS=16443"},
+			args: []string{"https://10.213.0.1:16443"}},
+		{name: "the container's own value wins", facts: Facts{APIServer: api},
+			env:  []corev1.EnvVar{{Name: "KUBERNETES_SERVICE_HOST", Value: "api.example"}},
+			want: []string{"KUBERNETES_SERVICE_HOST=api.example", "KUBERNETES_SERVICE_PORT=16443", "KUBERNETES_SERVICE_PORT_HTTPS=16443"},
+			args: []string{"https://api.example:16443"}},
+		{name: "no API server known", facts: Facts{},
+			args: []string{"https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Resolve(pod, &corev1.Container{
+				Env:  tc.env,
+				Args: []string{"https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"},
+			}, tc.facts, fakeLookup{})
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, res.Env)
+			assert.Equal(t, tc.args, res.Args)
+		})
+	}
 }

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"strconv"
 	"sync"
@@ -67,6 +69,21 @@ func DefaultSpecs(n int, zones []string) []Spec {
 	return out
 }
 
+// podAPIServer is where pods reach the API server: its port (from the nodes' kubeconfig URL)
+// on the pod network's gateway, the host's address on that network. The API server listens on
+// every address and its certificate names the gateway (controlplane.Config.AdvertiseIP).
+func podAPIServer(kubeconfigHost string, gateway netip.Addr) (netip.AddrPort, error) {
+	u, err := url.Parse(kubeconfigHost)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("API server URL %q: %w", kubeconfigHost, err)
+	}
+	port, err := strconv.ParseUint(u.Port(), 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("API server URL %q has no port: %w", kubeconfigHost, err)
+	}
+	return netip.AddrPortFrom(gateway, uint16(port)), nil
+}
+
 // Run registers the nodes and serves their pods until ctx ends. ready is
 // closed once every node has registered.
 func Run(ctx context.Context, cfg Config, ready chan<- struct{}) error {
@@ -104,10 +121,14 @@ func Run(ctx context.Context, cfg Config, ready chan<- struct{}) error {
 	if err != nil {
 		return err
 	}
+	apiServer, err := podAPIServer(rc.Host, netw.Gateway)
+	if err != nil {
+		return err
+	}
 	shared := &dockerpods.Shared{
 		Docker: docker, Instance: cfg.Instance, Network: netw, IPs: ips,
 		PodsDir: cfg.PodsDir, Kube: kube, FallbackImage: cfg.FallbackImage, FallbackByMajor: cfg.FallbackByMajor,
-		ResyncPeriod: time.Second,
+		ResyncPeriod: time.Second, APIServer: apiServer,
 	}
 	tlsCfg, err := kubeletTLS(cfg)
 	if err != nil {
