@@ -9,6 +9,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/settings"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -83,6 +84,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 			&corev1.ConfigMap{}: {Label: managed},
 			&corev1.Secret{}:    {Label: managed},
 		},
+		DefaultTransform: stripManagedFields,
 	}
 	if mc.SyncPeriod > 0 {
 		copts.SyncPeriod = &mc.SyncPeriod
@@ -129,6 +131,20 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 	}
 	ctrl.LoggerFrom(ctx).Info("operator settings", "defaultZoneSpread", st.DefaultZoneSpread)
 	return mgr, r, nil
+}
+
+// stripManagedFields drops managedFields from cached objects, often the larger part of a pod
+// or a custom resource, which nothing here reads. The kinds the operator keeps in shape with
+// server-side apply keep theirs: apply (apply.go) extracts the fields it owns from them.
+func stripManagedFields(o any) (any, error) {
+	switch o.(type) {
+	case *corev1.Secret, *corev1.Service, *corev1.ConfigMap:
+		return o, nil
+	}
+	if m, err := meta.Accessor(o); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return o, nil
 }
 
 // checkCRDs fails fast with a clear message when the embedded CRDs are not installed.
