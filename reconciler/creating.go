@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gomomento/valkey-operator/crds"
 	"github.com/gomomento/valkey-operator/reconciler/plan"
@@ -173,35 +174,86 @@ func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken m
 // ensurePods creates the Pod of every node that has none, from the node's fixed spec.
 func (r *Reconciler) ensurePods(ctx context.Context, p *pass) *outcome {
 	// A node's config ConfigMap that someone else made blocks it with a Warning Event.
-	return r.applied(p, "NodeConfigMap", r.createPods(ctx, p, p.nodes))
+	return r.applied(p, "NodeConfigMap", r.createPodsAtOnce(ctx, p, p.nodes))
 }
 
-// createPods creates the Pod of each of nodes that has none.
+// createPodsAtOnce is createPods for a cluster being created: the pods go out several at
+// once (inParallel). Each is two API round trips (ConfigMap, Pod) and the new nodes do not
+// depend on each other, while formation waits for the slowest pod: one after the other, the
+// last pod started a round trip per node later than it had to (issue #14). The Active phase
+// keeps createPods, whose writes are one step of its one-action-at-a-time timeline.
+func (r *Reconciler) createPodsAtOnce(ctx context.Context, p *pass, nodes []views.Node) error {
+	missing := podless(p, nodes)
+	annotations := p.cluster.PodAnnotations()
+	return inParallel(len(missing), func(i int) error { return r.createPod(ctx, p, missing[i], annotations) })
+}
+
+// createPods creates the Pod of each of nodes that has none, one after the other.
 func (r *Reconciler) createPods(ctx context.Context, p *pass, nodes []views.Node) error {
 	annotations := p.cluster.PodAnnotations()
-	for _, n := range nodes {
-		if p.pods[n.Name()] != nil {
-			continue
-		}
-		owner := ownerRef(n.U, crds.Group+"/"+crds.Version, crds.KindNode)
-		if err := r.createNodeConfig(ctx, n, owner); err != nil {
+	for _, n := range podless(p, nodes) {
+		if err := r.createPod(ctx, p, n, annotations); err != nil {
 			return err
 		}
-		// The exporter's password file is rendered from the login (ensureAuthSecret), which
-		// cannot change before this pod's volumes are mounted: a new login is recorded only
-		// once every node is a ready server.
-		pod := render.Pod(n.Name(), p.key.Namespace, n.Spec(), render.PodAnnotations(annotations, n.Spec(), p.operatorPassword))
-		pod.OwnerReferences = []metav1.OwnerReference{owner}
-		if err := r.client.Create(ctx, pod); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				continue
-			}
-			return err
-		}
-		p.log.Info("created Pod", "pod", pod.Name)
-		r.event(p, pod, ReasonPodCreated, "CreatePod", "Created Pod %s for ValkeyNode %s", pod.Name, n.Name())
 	}
 	return nil
+}
+
+// podless lists the nodes that have no pod in this pass.
+func podless(p *pass, nodes []views.Node) []views.Node {
+	var out []views.Node
+	for _, n := range nodes {
+		if p.pods[n.Name()] == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// createPod creates node n's config ConfigMap and then its Pod.
+func (r *Reconciler) createPod(ctx context.Context, p *pass, n views.Node, annotations map[string]string) error {
+	owner := ownerRef(n.U, crds.Group+"/"+crds.Version, crds.KindNode)
+	if err := r.createNodeConfig(ctx, n, owner); err != nil {
+		return err
+	}
+	// The exporter's password file is rendered from the login (ensureAuthSecret), which
+	// cannot change before this pod's volumes are mounted: a new login is recorded only
+	// once every node is a ready server.
+	pod := render.Pod(n.Name(), p.key.Namespace, n.Spec(), render.PodAnnotations(annotations, n.Spec(), p.operatorPassword))
+	pod.OwnerReferences = []metav1.OwnerReference{owner}
+	if err := r.client.Create(ctx, pod); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}
+	p.log.Info("created Pod", "pod", pod.Name)
+	r.event(p, pod, ReasonPodCreated, "CreatePod", "Created Pod %s for ValkeyNode %s", pod.Name, n.Name())
+	return nil
+}
+
+// writeConcurrency bounds the API writes one pass makes at once (inParallel): enough for
+// the pods of a few shards at once, few enough that one large cluster does not crowd the
+// operator's other clusters out of the API server's fairness queues.
+const writeConcurrency = 8
+
+// inParallel runs fn(0..n-1), at most writeConcurrency at a time, and joins their errors.
+// fn must touch only what belongs to item i (and pass-wide state that is safe for
+// concurrent use: the client, the logger, Events).
+func inParallel(n int, fn func(i int) error) error {
+	errs := make([]error, n)
+	sem := make(chan struct{}, writeConcurrency)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // createNodeConfig creates the ConfigMap holding node n's valkey.conf, owned by n (so it goes
@@ -302,12 +354,14 @@ func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
 	return nil
 }
 
-// activate marks every node Active and the cluster Active, clearing targetSpec.
+// activate marks every node Active and the cluster Active, clearing targetSpec. The node
+// writes are independent and go out together (inParallel); only the cluster's own status,
+// which users and tools wait on, comes after all of them.
 func (r *Reconciler) activate(ctx context.Context, p *pass) *outcome {
-	for _, n := range p.nodes {
-		if err := r.setNodeStatus(ctx, n, func(s *views.NodeStatus) { s.Lifecycle = views.LifecycleActive }); err != nil {
-			return done(ctrl.Result{}, err)
-		}
+	if err := inParallel(len(p.nodes), func(i int) error {
+		return r.setNodeStatus(ctx, p.nodes[i], func(s *views.NodeStatus) { s.Lifecycle = views.LifecycleActive })
+	}); err != nil {
+		return done(ctrl.Result{}, err)
 	}
 	if !p.formed {
 		t := p.target()

@@ -22,6 +22,36 @@ import (
 // turn Ready within a second of listening. Once ready, periodSeconds applies.
 const notReadyPeriod = 500 * time.Millisecond
 
+// startupWindow and startupRetry: for the first startupWindow of a container's
+// run, until its readiness probe first passes, the dev kubelet probes every
+// startupRetry; then every notReadyPeriod. It reports a container running
+// the moment Docker started it and probes it at once, before the server in
+// it had time to listen, so that first probe nearly always fails; with
+// notReadyPeriod after it every pod turned Ready up to half a second after
+// it was listening (issue #14). A kubelet does not lose that race the same
+// way: it sees the container running only on its next relist (PLEG, up to a
+// second later) and probes then (a manual trigger, not the period), by when
+// a server has long been listening. Frequent probes in the first seconds
+// give the same outcome, Ready soon after listening, also when a loaded
+// machine makes the server take a second or more to start. The cost is a
+// few dozen dials in a container's first seconds; exec probes, each a
+// Docker exec that would slow the other pods' starts, keep notReadyPeriod.
+const (
+	startupWindow = 3 * time.Second
+	startupRetry  = 100 * time.Millisecond
+)
+
+// notReadyWait is the pause before the next TCP or HTTP readiness probe of
+// a container that has not passed one yet and whose probes began since ago:
+// startupRetry within startupWindow, notReadyPeriod after it, never over
+// the probe's own period.
+func notReadyWait(since, period time.Duration) time.Duration {
+	if since < startupWindow {
+		return min(startupRetry, period)
+	}
+	return min(notReadyPeriod, period)
+}
+
 // runProbes runs the startup, liveness and readiness probes of container i
 // for as long as ctx lives (one run of the container).
 func (p *Provider) runProbes(ctx context.Context, st *podState, i int) {
@@ -63,6 +93,9 @@ func (p *Provider) probeLoop(ctx context.Context, st *podState, i int, c *corev1
 		failureThreshold = int(probe.FailureThreshold)
 	}
 	ready, succ, fail := false, 0, 0
+	// everReady: this run of the container has passed the probe once; from
+	// then on a not-ready container is probed every notReadyPeriod as before.
+	everReady, began := false, time.Now()
 	for {
 		if kind != "readiness" && st.isDeleting() {
 			// A kubelet stops the liveness and startup probes of a pod being
@@ -102,13 +135,20 @@ func (p *Provider) probeLoop(ctx context.Context, st *podState, i int, c *corev1
 			}
 			if next != ready {
 				ready = next
+				everReady = everReady || ready
 				if st.update(func() { st.ctrs[i].ready = ready }) {
 					p.publish(st)
 				}
 			}
 		}
 		wait := period
-		if kind != "liveness" && !ready {
+		switch {
+		case kind == "liveness" || ready:
+		case kind == "readiness" && !everReady && probe.Exec == nil:
+			wait = notReadyWait(time.Since(began), period)
+		default:
+			// Startup probes too: their failures count towards restarting
+			// the container, so they are not hurried further.
 			wait = min(period, notReadyPeriod)
 		}
 		if !sleepCtx(ctx, wait) {

@@ -28,6 +28,7 @@ import (
 // the API server. It prints exactly these lines:
 //
 //	fleet: single-apply-to-active-s=<x>
+//	fleet: single-apply-breakdown created=<s> nodes=<s> objects=<s> scheduled=<s> started=<s> listening=<s> ready=<s> formed=<s> active=<s>
 //	fleet: clusters=<n> active-p50-s=<x> active-p95-s=<x> active-max-s=<x>
 //	fleet: operator-rss-mib formation=<x> idle=<x> cpu-s=<x>
 //	fleet: idle-api-writes=<n> idle-api-reads-per-min=<x>
@@ -35,7 +36,9 @@ import (
 //	fleet: cross-cluster-delay-s=<x>
 //	fleet: teardown-s=<x>
 //
-// single-apply-to-active: one 3x1 cluster applied alone, from `kubectl apply` to Active.
+// single-apply-to-active: one 3x1 cluster applied alone, from `kubectl apply` to Active;
+// single-apply-breakdown: where that time went (see breakdown.go). -fleet-single-only prints
+// just these two lines, -fleet-single-runs times each run (a fresh cluster each time).
 // clusters/active-*: -fleet-small 1x0 clusters and -fleet-large 3x1 clusters applied in one
 // `kubectl apply`, each one's time from then until its status first reads Active. rss and cpu
 // are read from /proc of the operator process: the largest RSS during formation and during
@@ -56,6 +59,11 @@ var (
 	fleetLarge = flag.Int("fleet-large", 5, "3x1 clusters applied with them")
 	fleetIdle  = flag.Duration("fleet-idle", 5*time.Minute, "idle window measured after formation")
 	fleetKeys  = flag.Int("fleet-keys", 1_000_000, "keys in the cluster whose scale-out runs while another cluster forms")
+	// The single-apply figure alone takes a minute (dev cluster start included) instead of
+	// the fleet's quarter of an hour, so a change to formation latency can be checked on
+	// its own.
+	fleetSingleOnly = flag.Bool("fleet-single-only", false, "with -fleet: measure only single-apply-to-active (and its breakdown), then stop")
+	fleetSingleRuns = flag.Int("fleet-single-runs", 1, "with -fleet: how many times single-apply-to-active is measured (each printed)")
 )
 
 const fleetNamespace = "fleet"
@@ -66,13 +74,13 @@ func (b *bench) fleet(ctx context.Context) error {
 	if err := b.env.EnsureNamespace(ctx, fleetNamespace); err != nil {
 		return err
 	}
-	single, err := b.timeToActive(ctx, "single", 3, 1)
-	if err != nil {
-		return err
+	for range max(*fleetSingleRuns, 1) {
+		if err := b.singleApply(ctx); err != nil {
+			return err
+		}
 	}
-	fmt.Printf("fleet: single-apply-to-active-s=%.2f\n", single.Seconds())
-	if err := b.deleteCluster(ctx, fleetNamespace, "single"); err != nil {
-		return err
+	if *fleetSingleOnly {
+		return nil
 	}
 
 	usage := startUsage(b.op.Pid())
@@ -103,9 +111,40 @@ func (b *bench) fleet(ctx context.Context) error {
 	return nil
 }
 
-// timeToActive applies one cluster and times it until Active.
-func (b *bench) timeToActive(ctx context.Context, name string, shards, replicas int) (time.Duration, error) {
+// singleApply times one 3x1 cluster from `kubectl apply` to Active, prints the figure and its
+// breakdown, and deletes the cluster again (waiting until its containers are gone).
+func (b *bench) singleApply(ctx context.Context) error {
+	const name, shards, replicas = "single", 3, 1
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	bd, err := b.watchBreakdown(wctx, fleetNamespace, name, shards*(1+replicas))
+	if err != nil {
+		return err
+	}
+	single, err := b.timeToActive(ctx, name, shards, replicas, bd.begin)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("fleet: single-apply-to-active-s=%.2f\n", single.Seconds())
+	// The watch may report Active a moment after the poll did.
+	_ = poll.Until(ctx, 10*time.Millisecond, 2*time.Second, "breakdown complete", func(context.Context) (bool, string, error) {
+		_, ok := bd.reached("active")
+		return ok, bd.line(), nil
+	})
+	logf("single-apply pods: %s", bd.podTimes())
+	logf("single-apply containers (docker): %s", b.dockerTimes(ctx, bd, fleetNamespace))
+	fmt.Println(bd.line())
+	logf("single-apply operator log:\n%s", b.operatorTimeline(bd.begun(), time.Now()))
+	return b.deleteCluster(ctx, fleetNamespace, name)
+}
+
+// timeToActive applies one cluster and times it until Active. began, when given, is told
+// the start time.
+func (b *bench) timeToActive(ctx context.Context, name string, shards, replicas int, began ...func(time.Time)) (time.Duration, error) {
 	start := time.Now()
+	for _, f := range began {
+		f(start)
+	}
 	if err := b.applyCluster(ctx, fleetNamespace, name, "standard", shards, replicas); err != nil {
 		return 0, err
 	}

@@ -72,6 +72,16 @@ func startBench(ctx context.Context) (*bench, error) {
 		return nil, fmt.Errorf("dev cluster: %w", err)
 	}
 	atExit(func() {
+		if (runFailed || *keepLogs) && env.Cluster != nil {
+			// The private cluster's state directory goes with it: keep its component
+			// logs (the dev kubelet's pod start-up among them) beside the operator's.
+			dst := filepath.Join(logDir, "devcluster-logs")
+			if out, err := exec.Command("cp", "-r", filepath.Join(env.Cluster.Options.StateDir, "logs"), dst).CombinedOutput(); err != nil {
+				fmt.Fprintf(os.Stderr, "bench-day2: keeping the dev cluster logs: %v: %s\n", err, out)
+			} else {
+				fmt.Fprintf(os.Stderr, "bench-day2: dev cluster logs kept in %s\n", dst)
+			}
+		}
 		logf("stopping the dev cluster %s", env.Instance)
 		if err := stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "bench-day2: dev cluster teardown:", err)
@@ -113,7 +123,9 @@ func (b *bench) explain(err error) error {
 // startOperator runs the manager binary (no leader election, metrics and probes on free
 // ports) and waits for its readiness endpoint; it is stopped with SIGTERM at exit.
 func (b *bench) startOperator(ctx context.Context, bin string) error {
-	var args []string
+	// Sub-second timestamps: the single-apply breakdown is read against the operator's
+	// log, and whole seconds cannot place its steps.
+	args := []string{"--zap-time-encoding=rfc3339nano"}
 	if *operatorDebug {
 		args = append(args, "--zap-log-level=debug")
 	}

@@ -39,6 +39,13 @@ const (
 // HandOverSeconds is how long a deleted pod keeps serving before SIGTERM (its preStop).
 const HandOverSeconds = 5
 
+// The server container's readiness probe: every ReadinessPeriodSeconds, unready after
+// ReadinessFailureThreshold failures in a row (see Pod).
+const (
+	ReadinessPeriodSeconds    = 1
+	ReadinessFailureThreshold = 15
+)
+
 // NodeTimeoutMillis is every server's cluster-node-timeout.
 const NodeTimeoutMillis = 3000
 
@@ -244,10 +251,17 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 		// A server that refuses its configuration prints why and exits: that output becomes
 		// the pod's termination message, from which the operator names the setting.
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
+		// Ready is what the operator waits for before it forms, grows or rolls the cluster.
+		// A kubelet probes a new container as soon as it sees it running, and again only a
+		// period later if the server was not listening yet: with 5 s that lost race cost a
+		// new node up to 5 s; with 1 s (a kubelet's minimum) at most 1 s. The failure
+		// threshold keeps a serving pod's time to unready at 15 s, as before. The probe is a
+		// TCP connect, which the kernel completes without the server's event loop, so one
+		// per second costs the server nothing.
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler:     corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: probePort}},
-			PeriodSeconds:    5,
-			FailureThreshold: 3,
+			PeriodSeconds:    ReadinessPeriodSeconds,
+			FailureThreshold: ReadinessFailureThreshold,
 		},
 		// A deleted pod keeps serving for HandOverSeconds before it gets SIGTERM: long enough
 		// for the operator, woken by the deletion, to fail a primary over to an in-sync

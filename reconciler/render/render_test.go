@@ -71,6 +71,8 @@ func TestPod(t *testing.T) {
 			assert.Equal(t, "500m", ctr.Resources.Requests.Cpu().String())
 			assert.Equal(t, ctr.Resources.Requests, ctr.Resources.Limits)
 			assert.EqualValues(t, 6379, ctr.ReadinessProbe.TCPSocket.Port.IntValue())
+			assert.EqualValues(t, 1, ctr.ReadinessProbe.PeriodSeconds, "a lost race with the server's start costs at most a second")
+			assert.EqualValues(t, 15, ctr.ReadinessProbe.PeriodSeconds*ctr.ReadinessProbe.FailureThreshold, "seconds until a serving pod is unready")
 
 			nodeTerms := pod.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 			assert.Equal(t, "topology.kubernetes.io/zone", nodeTerms[0].MatchExpressions[0].Key)
