@@ -102,9 +102,10 @@ func (p *pass) credentials() valkeyops.Credentials {
 }
 
 // valkeyNode is how valkeyops addresses a member: its ValkeyNode name, the pod IP on the
-// client port, and the shard its fixed spec assigns it.
+// client port, the shard its fixed spec assigns it, and the cluster-node-timeout its pod is
+// rendered with (Bootstrap restores it).
 func valkeyNode(name, podIP string, shard int) valkeyops.Node {
-	return valkeyops.Node{Name: name, Addr: net.JoinHostPort(podIP, strconv.Itoa(render.ClientPort)), Shard: shard}
+	return valkeyops.Node{Name: name, Addr: net.JoinHostPort(podIP, strconv.Itoa(render.ClientPort)), Shard: shard, NodeTimeoutMillis: render.NodeTimeoutMillis}
 }
 
 // connect opens (or reuses) the cluster's Valkey client for the rest of the pass. Auth is

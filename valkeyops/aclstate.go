@@ -222,9 +222,14 @@ func ReplicationLogin(operatorPassword string) (user, password string) {
 // setReplicationLogin sets n's replication login to the one that goes with the password
 // this Admin logs in with.
 func (a *Admin) setReplicationLogin(ctx context.Context, n Node) error {
-	user, pw := ReplicationLogin(a.opts.Credentials.Password)
-	_, err := a.cmd(ctx, n, "set-replication-auth", "CONFIG", "SET", "masteruser", user, "masterauth", pw)
+	_, err := a.cmd(ctx, n, "set-replication-auth", a.replicationLoginCmd()...)
 	return err
+}
+
+// replicationLoginCmd sets a node's replication login (see setReplicationLogin).
+func (a *Admin) replicationLoginCmd() []string {
+	user, pw := ReplicationLogin(a.opts.Credentials.Password)
+	return []string{"CONFIG", "SET", "masteruser", user, "masterauth", pw}
 }
 
 // SyncReplicationAuth sets, on every node, the login its replication uses (masteruser and

@@ -17,6 +17,10 @@ type Node struct {
 	Name  string // ValkeyNode (= Pod) name
 	Addr  string // dialable "host:port" (the pod IP + 6379)
 	Shard int    // desired shard index from the ValkeyNode spec
+	// NodeTimeoutMillis is the cluster-node-timeout the server was started with (its command
+	// line), which CONFIG GET cannot tell once a pass changed it at runtime. Bootstrap leaves
+	// the server at it; 0 = unknown, and Bootstrap leaves the server's timeout alone.
+	NodeTimeoutMillis int
 }
 
 // Options for the admin connection pool. Auth is mandatory (error if Credentials.Password is

@@ -2,19 +2,37 @@ package valkeyops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 )
 
-// formingNodeTimeout (ms) is the cluster-node-timeout fresh nodes run with while Bootstrap
-// forms them; see Bootstrap.
-const formingNodeTimeout = 1000
+// formingNodeTimeout (ms) is the cluster-node-timeout a new cluster's nodes form at. The
+// protocol's steps take about 0.2 s (mostly MEET handshakes, paced by the 100 ms cluster
+// cron); what decides the rest is each primary's "rejoin delay": a primary reports
+// cluster_state:fail until node-timeout (clamped to 0.5-5 s) has passed since it last saw no
+// majority of slot-owning primaries, which for a fresh node is until it was given slots. At
+// the configured 3 s that is 3 s; at 500 ms or below it is the 0.5 s floor (measured on 2
+// loaded cores: 100, 200, 250, 300 and 500 ms all formed a 3x1 cluster in a median
+// 0.51-0.57 s). 500 is the highest value at that floor, so a PONG has to be that late, on a
+// machine busy with other work, before a peer is flagged failing: a flag that restarts a
+// primary's rejoin delay when it leaves the primary without a majority in sight, and keeps
+// a slot-owning primary marked FAIL for twice the timeout.
+const formingNodeTimeout = 500
+
+// joiningNodeTimeout (ms) is the cluster-node-timeout fresh nodes join a formed cluster at:
+// their rejoin delay stays near a second, yet the cluster may be serving and the failure
+// reports of the fresh (slotless) primaries count toward the quorum that marks a serving
+// primary FAIL (alone, in a one-shard cluster), so they are not given formingNodeTimeout.
+const joiningNodeTimeout = 1000
 
 // formTimeout bounds each wait of Bootstrap (handshakes, slot gossip, replica attach).
 const formTimeout = 60 * time.Second
+
+// settleTimeout bounds settle, which also runs after the caller's context ended.
+const settleTimeout = 5 * time.Second
 
 // Bootstrap forms the cluster from nodes grouped by Shard: one primary per shard with an even
 // contiguous slot range (shard i gets range i of `shards`), the rest replicate it. Sets
@@ -25,7 +43,12 @@ const formTimeout = 60 * time.Second
 // at epoch 0 can accept gossip handing their slots away), every pair is MET directly (a node
 // learned only through gossip can take node_timeout/2 to be fully known), only slots nobody
 // owns are assigned, and only nodes not yet following their shard's primary are attached.
-func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
+//
+// Fresh nodes form at a lower cluster-node-timeout (formingNodeTimeout for a new cluster,
+// joiningNodeTimeout when joining a formed one). However it ends (formed, failed, cancelled),
+// Bootstrap leaves every reachable node at its configured timeout (Node.NodeTimeoutMillis)
+// with replica failover allowed: see settle.
+func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err error) {
 	groups, err := groupShards(nodes, shards)
 	if err != nil {
 		return err
@@ -34,82 +57,15 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if serr := a.settle(ctx, reachableNodes(snap)); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}()
 	if err := requireReachable(snap); err != nil {
 		return err
 	}
 
-	// Replication credentials first: a replica attached below must authenticate (auth is
-	// always on).
-	if err := parallel(nodes, func(n Node) error {
-		return a.setReplicationLogin(ctx, n)
-	}); err != nil {
-		return err
-	}
-
-	// Distinct config epochs for nodes that know nobody and own nothing.
-	var maxEpoch uint64
-	for _, st := range snap.Nodes {
-		maxEpoch = max(maxEpoch, st.ConfigEpoch, st.CurrentEpoch)
-	}
-	next := maxEpoch + 1
-	var fresh []Node
-	epochs := map[string]uint64{}
-	for _, st := range snap.Nodes {
-		if st.KnownNodes <= 1 && st.ConfigEpoch == 0 && len(st.Slots) == 0 {
-			epochs[st.Name] = next
-			next++
-			fresh = append(fresh, st.Node)
-		}
-	}
-	// A primary that was alone (as every fresh node is) keeps reporting cluster_state:fail for
-	// a "rejoin delay" of cluster-node-timeout (clamped to 0.5-5 s) after it stops being in the
-	// minority. Fresh, empty nodes get formingNodeTimeout while the cluster forms and their
-	// configured value back once it is formed.
-	origTimeout := map[string]string{}
-	var mu sync.Mutex
-	if err := parallel(fresh, func(n Node) error {
-		res, err := a.multi(ctx, n, "set-config-epoch", [][]string{
-			{"CONFIG", "GET", "cluster-node-timeout"},
-			{"CLUSTER", "SET-CONFIG-EPOCH", strconv.FormatUint(epochs[n.Name], 10)},
-			// Empty new nodes sync their replicas at once instead of after the default 5s delay.
-			{"CONFIG", "SET", "repl-diskless-sync-delay", "0"},
-		})
-		if err != nil {
-			return err
-		}
-		kv, err := res[0].AsStrMap()
-		if err != nil {
-			return opErr(n.Name, "set-config-epoch", err)
-		}
-		if v, _ := strconv.Atoi(kv["cluster-node-timeout"]); v > formingNodeTimeout {
-			if _, err := a.cmd(ctx, n, "set-node-timeout", "CONFIG", "SET", "cluster-node-timeout", strconv.Itoa(formingNodeTimeout)); err != nil {
-				return err
-			}
-			mu.Lock()
-			origTimeout[n.Name] = kv["cluster-node-timeout"]
-			mu.Unlock()
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	defer func() {
-		var touched []Node
-		for _, n := range fresh {
-			if origTimeout[n.Name] != "" {
-				touched = append(touched, n)
-			}
-		}
-		_ = parallel(touched, func(n Node) error {
-			_, err := a.cmd(context.WithoutCancel(ctx), n, "restore-node-timeout", "CONFIG", "SET", "cluster-node-timeout", origTimeout[n.Name])
-			return err
-		})
-	}()
-
-	// Slots: shard i's primary takes the unowned part of range i. Assigned before MEET so the
-	// ownership travels with the handshake.
-	owned := ownedSlots(snap)
-	ranges := EvenRanges(shards)
 	primaries := make([]*NodeState, shards)
 	for shard, members := range groups {
 		p := choosePrimary(snap, members)
@@ -118,22 +74,9 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
 		}
 		primaries[shard] = p
 	}
-	if err := parallelIdx(shards, func(shard int) error {
-		p := primaries[shard]
-		var free []int
-		for s := ranges[shard].Start; s <= ranges[shard].End; s++ {
-			if !owned[s] {
-				free = append(free, s)
-			}
-		}
-		if len(free) == 0 {
-			return nil
-		}
-		args := []string{"CLUSTER", "ADDSLOTSRANGE"}
-		for _, r := range CompactSlots(free) {
-			args = append(args, strconv.Itoa(r.Start), strconv.Itoa(r.End))
-		}
-		_, err := a.cmd(ctx, p.Node, "addslots", args...)
+	prep := a.preparation(snap, primaries)
+	if err := parallel(nodes, func(n Node) error {
+		_, err := a.multi(ctx, n, "prepare", prep[n.Name])
 		return err
 	}); err != nil {
 		return err
@@ -162,6 +105,10 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) error {
 	}
 
 	// Converged: every node sees every slot assigned and every replica follows its primary.
+	// A primary owning slots that was marked FAIL (a late PONG at the forming timeout) stays
+	// FAIL until twice the node timeout has passed since, and its slots count as unserved:
+	// this wait sees that through at the forming timeout, before settle raises it (which
+	// would stretch it to twice the configured timeout).
 	return a.waitServing(ctx, nodes, "bootstrap-converge", func(st *NodeState) error {
 		if shard, ok := byShard[st.Name]; ok && (st.Role != RoleReplica || st.PrimaryID != primaries[shard].ID) {
 			return fmt.Errorf("%s not yet a replica of %s", st.Name, primaries[shard].Name)
@@ -196,6 +143,113 @@ func (a *Admin) waitServing(ctx context.Context, nodes []Node, step string, chec
 		}
 		return true, nil
 	})
+}
+
+// preparation is each node's one round trip before the nodes meet: the replication login (a
+// replica attached later must authenticate; auth is always on), what a fresh node needs
+// (prepareFresh), and for shard i's primary the unowned part of even range i. Slots are
+// assigned before MEET so the ownership travels with the handshake, and in this first round
+// trip because a new primary's rejoin delay (see formingNodeTimeout) runs from the moment it
+// owns slots: the MEETs and replica attachments after it fit in that delay.
+func (a *Admin) preparation(snap *Snapshot, primaries []*NodeState) map[string][][]string {
+	cmds := map[string][][]string{}
+	var epoch uint64
+	for _, st := range snap.Nodes {
+		cmds[st.Name] = [][]string{a.replicationLoginCmd()}
+		epoch = max(epoch, st.ConfigEpoch, st.CurrentEpoch)
+	}
+	fresh := freshNodes(snap)
+	forming := len(fresh) == len(snap.Nodes)
+	for _, n := range fresh {
+		epoch++
+		cmds[n.Name] = append(cmds[n.Name], prepareFresh(n, epoch, forming)...)
+	}
+	owned := ownedSlots(snap)
+	for shard, r := range EvenRanges(len(primaries)) {
+		var free []int
+		for s := r.Start; s <= r.End; s++ {
+			if !owned[s] {
+				free = append(free, s)
+			}
+		}
+		if len(free) == 0 {
+			continue
+		}
+		args := []string{"CLUSTER", "ADDSLOTSRANGE"}
+		for _, fr := range CompactSlots(free) {
+			args = append(args, strconv.Itoa(fr.Start), strconv.Itoa(fr.End))
+		}
+		p := primaries[shard].Name
+		cmds[p] = append(cmds[p], args)
+	}
+	return cmds
+}
+
+// freshNodes are the nodes that know nobody and own nothing: they get distinct config epochs
+// before they meet anyone (nodes at epoch 0 can accept gossip handing their slots away).
+func freshNodes(snap *Snapshot) []Node {
+	var out []Node
+	for _, st := range snap.Nodes {
+		if st.KnownNodes <= 1 && st.ConfigEpoch == 0 && len(st.Slots) == 0 {
+			out = append(out, st.Node)
+		}
+	}
+	return out
+}
+
+// prepareFresh is what a fresh node runs before it meets anyone: its distinct config epoch,
+// no delay before its replicas' first sync (it is empty), and the lower timeout it forms at
+// (forming: a new cluster) when its configured one is known and higher. A new cluster's nodes
+// also turn replica failover off: at formingNodeTimeout a PONG late on a loaded machine can
+// get a primary marked FAIL, and its replica must not take its slots over.
+func prepareFresh(n Node, epoch uint64, forming bool) [][]string {
+	cmds := [][]string{
+		{"CLUSTER", "SET-CONFIG-EPOCH", strconv.FormatUint(epoch, 10)},
+		{"CONFIG", "SET", "repl-diskless-sync-delay", "0"},
+	}
+	timeout := joiningNodeTimeout
+	if forming {
+		timeout = formingNodeTimeout
+	}
+	if n.NodeTimeoutMillis <= timeout {
+		return cmds
+	}
+	set := []string{"CONFIG", "SET", "cluster-node-timeout", strconv.Itoa(timeout)}
+	if forming {
+		set = append(set, "cluster-replica-no-failover", "yes")
+	}
+	return append(cmds, set)
+}
+
+// settle puts the nodes back at their configured cluster-node-timeout (when known) with
+// replica failover allowed. Bootstrap ends with it on every path, whatever this pass lowered:
+// only the first pass of a formation sees its nodes fresh, so a pass that died before
+// restoring (operator restarted, context cancelled) would leave them at the forming timeout,
+// where a late PONG flags healthy nodes failing, and unable to fail over, for good. A cluster
+// is reported Active only after Bootstrap returned, so a rerun settles what a dead pass left.
+// It runs on a context of its own: the caller's may be what ended the pass.
+func (a *Admin) settle(ctx context.Context, nodes []Node) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	return parallel(nodes, func(n Node) error {
+		args := []string{"CONFIG", "SET", "cluster-replica-no-failover", "no"}
+		if n.NodeTimeoutMillis > 0 {
+			args = append(args, "cluster-node-timeout", strconv.Itoa(n.NodeTimeoutMillis))
+		}
+		_, err := a.cmd(ctx, n, "settle-node-timeout", args...)
+		return err
+	})
+}
+
+// reachableNodes is the snapshot's nodes that answered.
+func reachableNodes(snap *Snapshot) []Node {
+	var out []Node
+	for _, st := range snap.Nodes {
+		if st.Reachable {
+			out = append(out, st.Node)
+		}
+	}
+	return out
 }
 
 // groupShards validates nodes and groups them by shard index.

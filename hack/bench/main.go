@@ -43,6 +43,7 @@ var (
 	keys       = flag.Int("keys", 1_000_000, "keys written before the scale-out")
 	rounds     = flag.Int("bootstrap-rounds", 3, "bootstrap comparisons (median is printed)")
 	skipAtomic = flag.Bool("skip-9", false, "skip the Valkey 9.1 atomic comparison")
+	onlyBoot   = flag.Bool("bootstrap-only", false, "run only the bootstrap comparison")
 	verbose    = flag.Bool("v", false, "log valkeyops progress")
 )
 
@@ -91,7 +92,10 @@ func run() error {
 		ours, cli = append(ours, o.Seconds()), append(cli, c.Seconds())
 	}
 	mo, mc := median(ours), median(cli)
-	fmt.Printf("bootstrap: ours=%.3fs valkey-cli=%.3fs ratio=%.2f\n", mo, mc, mo/mc)
+	fmt.Printf("bootstrap: ours=%.3fs valkey-cli=%.3fs ratio=%.3f\n", mo, mc, mo/mc)
+	if *onlyBoot {
+		return nil
+	}
 
 	o, err := rebalance(ctx, harness.Image(), ourRebalance)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"time"
 
@@ -97,12 +98,15 @@ func New(ctx context.Context, cfg Config) (*Env, error) {
 	return &Env{cfg: cfg, Network: nw, containers: map[string]*testcontainers.DockerContainer{}}, nil
 }
 
+// NodeTimeoutMillis is every node's cluster-node-timeout, as the operator renders it.
+const NodeTimeoutMillis = 3000
+
 // Args is the valkey-server command line every node runs.
 func (e *Env) Args() []string {
 	args := []string{"valkey-server",
 		"--cluster-enabled", "yes",
 		"--cluster-config-file", "nodes.conf",
-		"--cluster-node-timeout", "3000",
+		"--cluster-node-timeout", strconv.Itoa(NodeTimeoutMillis),
 		"--aclfile", "/etc/valkey/acl/users.acl",
 		"--save", "", "--appendonly", "no",
 		"--repl-diskless-sync-delay", "0",
@@ -171,7 +175,7 @@ func (e *Env) StartNode(ctx context.Context, shard int) (valkeyops.Node, error) 
 	if err != nil {
 		return valkeyops.Node{}, fmt.Errorf("ip of %s: %w", name, err)
 	}
-	n := valkeyops.Node{Name: name, Addr: net.JoinHostPort(ip, "6379"), Shard: shard}
+	n := valkeyops.Node{Name: name, Addr: net.JoinHostPort(ip, "6379"), Shard: shard, NodeTimeoutMillis: NodeTimeoutMillis}
 	e.mu.Lock()
 	e.nodes = append(e.nodes, n)
 	e.mu.Unlock()
