@@ -9,30 +9,8 @@ import (
 	"time"
 )
 
-// formingNodeTimeout (ms) is the cluster-node-timeout a new cluster's nodes form at. The
-// protocol's steps take about 0.2 s (mostly MEET handshakes, paced by the 100 ms cluster
-// cron); what decides the rest is each primary's "rejoin delay": a primary reports
-// cluster_state:fail until node-timeout (clamped to 0.5-5 s) has passed since it last saw no
-// majority of slot-owning primaries, which for a fresh node is until it was given slots. At
-// the configured 3 s that is 3 s; at 500 ms or below it is the 0.5 s floor (measured on 2
-// loaded cores: 100, 200, 250, 300 and 500 ms all formed a 3x1 cluster in a median
-// 0.51-0.57 s). 500 is the highest value at that floor, so a PONG has to be that late, on a
-// machine busy with other work, before a peer is flagged failing: a flag that restarts a
-// primary's rejoin delay when it leaves the primary without a majority in sight, and keeps
-// a slot-owning primary marked FAIL for twice the timeout.
-const formingNodeTimeout = 500
-
-// joiningNodeTimeout (ms) is the cluster-node-timeout fresh nodes join a formed cluster at:
-// their rejoin delay stays near a second, yet the cluster may be serving and the failure
-// reports of the fresh (slotless) primaries count toward the quorum that marks a serving
-// primary FAIL (alone, in a one-shard cluster), so they are not given formingNodeTimeout.
-const joiningNodeTimeout = 1000
-
 // formTimeout bounds each wait of Bootstrap (handshakes, slot gossip, replica attach).
 const formTimeout = 60 * time.Second
-
-// settleTimeout bounds settle, which also runs after the caller's context ended.
-const settleTimeout = 5 * time.Second
 
 // Bootstrap forms the cluster from nodes grouped by Shard: one primary per shard with an even
 // contiguous slot range (shard i gets range i of `shards`), the rest replicate it. Sets
@@ -183,73 +161,6 @@ func (a *Admin) preparation(snap *Snapshot, primaries []*NodeState) map[string][
 		cmds[p] = append(cmds[p], args)
 	}
 	return cmds
-}
-
-// freshNodes are the nodes that know nobody and own nothing: they get distinct config epochs
-// before they meet anyone (nodes at epoch 0 can accept gossip handing their slots away).
-func freshNodes(snap *Snapshot) []Node {
-	var out []Node
-	for _, st := range snap.Nodes {
-		if st.KnownNodes <= 1 && st.ConfigEpoch == 0 && len(st.Slots) == 0 {
-			out = append(out, st.Node)
-		}
-	}
-	return out
-}
-
-// prepareFresh is what a fresh node runs before it meets anyone: its distinct config epoch,
-// no delay before its replicas' first sync (it is empty), and the lower timeout it forms at
-// (forming: a new cluster) when its configured one is known and higher. A new cluster's nodes
-// also turn replica failover off: at formingNodeTimeout a PONG late on a loaded machine can
-// get a primary marked FAIL, and its replica must not take its slots over.
-func prepareFresh(n Node, epoch uint64, forming bool) [][]string {
-	cmds := [][]string{
-		{"CLUSTER", "SET-CONFIG-EPOCH", strconv.FormatUint(epoch, 10)},
-		{"CONFIG", "SET", "repl-diskless-sync-delay", "0"},
-	}
-	timeout := joiningNodeTimeout
-	if forming {
-		timeout = formingNodeTimeout
-	}
-	if n.NodeTimeoutMillis <= timeout {
-		return cmds
-	}
-	set := []string{"CONFIG", "SET", "cluster-node-timeout", strconv.Itoa(timeout)}
-	if forming {
-		set = append(set, "cluster-replica-no-failover", "yes")
-	}
-	return append(cmds, set)
-}
-
-// settle puts the nodes back at their configured cluster-node-timeout (when known) with
-// replica failover allowed. Bootstrap ends with it on every path, whatever this pass lowered:
-// only the first pass of a formation sees its nodes fresh, so a pass that died before
-// restoring (operator restarted, context cancelled) would leave them at the forming timeout,
-// where a late PONG flags healthy nodes failing, and unable to fail over, for good. A cluster
-// is reported Active only after Bootstrap returned, so a rerun settles what a dead pass left.
-// It runs on a context of its own: the caller's may be what ended the pass.
-func (a *Admin) settle(ctx context.Context, nodes []Node) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
-	defer cancel()
-	return parallel(nodes, func(n Node) error {
-		args := []string{"CONFIG", "SET", "cluster-replica-no-failover", "no"}
-		if n.NodeTimeoutMillis > 0 {
-			args = append(args, "cluster-node-timeout", strconv.Itoa(n.NodeTimeoutMillis))
-		}
-		_, err := a.cmd(ctx, n, "settle-node-timeout", args...)
-		return err
-	})
-}
-
-// reachableNodes is the snapshot's nodes that answered.
-func reachableNodes(snap *Snapshot) []Node {
-	var out []Node
-	for _, st := range snap.Nodes {
-		if st.Reachable {
-			out = append(out, st.Node)
-		}
-	}
-	return out
 }
 
 // groupShards validates nodes and groups them by shard index.
