@@ -30,6 +30,8 @@ type ManagerConfig struct {
 	// MetricsAddr and ProbeAddr are bind addresses; "0" disables the endpoint.
 	MetricsAddr string
 	ProbeAddr   string
+	// PprofAddr serves net/http/pprof (empty or "0" = off, the default).
+	PprofAddr string
 	// SyncPeriod is the informer resync period (0 = controller-runtime's default).
 	SyncPeriod      time.Duration
 	RecheckInterval time.Duration
@@ -98,6 +100,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 		Scheme:                        clientgoscheme.Scheme,
 		Metrics:                       metricsserver.Options{BindAddress: mc.MetricsAddr},
 		HealthProbeBindAddress:        mc.ProbeAddr,
+		PprofBindAddress:              mc.PprofAddr,
 		LeaderElection:                mc.LeaderElection,
 		LeaderElectionID:              mc.LeaderElectionID,
 		LeaderElectionNamespace:       mc.Namespace,

@@ -41,6 +41,10 @@ type Options struct {
 	AtomicRetries int
 	// DisableAtomic forces the SETSLOT/MIGRATE path even on Valkey >= 9.0.
 	DisableAtomic bool
+	// DedicatedIdle bounds how long the dedicated connections a slot move spreads its
+	// SETSLOTs over stay open once returned: valkey-go closes every idle one DedicatedIdle
+	// after the first is returned (default 30s).
+	DedicatedIdle time.Duration
 	// Log receives progress lines (steps and timings, never secrets); nil = silent.
 	Log func(format string, args ...any)
 }
@@ -75,6 +79,9 @@ func NewAdmin(opts Options) (*Admin, error) {
 	}
 	if opts.AtomicRetries <= 0 {
 		opts.AtomicRetries = 3
+	}
+	if opts.DedicatedIdle <= 0 {
+		opts.DedicatedIdle = 30 * time.Second
 	}
 	return &Admin{opts: opts, tls: tlsCfg, clients: map[string]valkey.Client{}}, nil
 }
@@ -124,12 +131,17 @@ func (a *Admin) client(addr string) (valkey.Client, error) {
 		ClientName:       "valkey-operator",
 		// One operator holds a connection to every server of every cluster it manages, so
 		// per-connection memory is what the fleet costs: valkey-go's defaults (0.5 MiB read
-		// and write buffers, a 1024-slot ring) made 80 idle servers cost the operator over
-		// 100 MiB. Admin traffic is small; a large pipeline (MIGRATE batches) still goes
-		// through, the buffers only flush more often.
+		// and write buffers, a 1024-slot ring, each slot with its own channel and two
+		// condition variables) made 80 idle servers cost the operator over 100 MiB. Admin
+		// traffic is small and mostly one caller per server at a time: a 32-slot ring (a
+		// longer pipeline still streams through it, 32 commands in flight) and 8 KiB buffers
+		// (a larger reply or command goes past them; they only bound one read or write call).
 		ReadBufferEachConn:  adminConnBuffer,
 		WriteBufferEachConn: adminConnBuffer,
-		RingScaleEachConn:   8,
+		RingScaleEachConn:   5,
+		// The dedicated connections a slot move spreads its SETSLOTs over (setslotConns)
+		// are closed once idle, so they cost nothing between operations.
+		BlockingPoolCleanup: a.opts.DedicatedIdle,
 	})
 	if err != nil {
 		return nil, err
@@ -153,7 +165,7 @@ func (a *Admin) client(addr string) (valkey.Client, error) {
 const adminKeepAlive = 30 * time.Second
 
 // adminConnBuffer is the read and the write buffer of each admin connection.
-const adminConnBuffer = 32 << 10
+const adminConnBuffer = 8 << 10
 
 // drop forgets a connection after a transport error so the next call re-dials (a pod that
 // restarted on the same IP needs a fresh connection and a fresh AUTH).

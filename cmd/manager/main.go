@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler"
@@ -21,11 +22,21 @@ import (
 )
 
 func main() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	if err := run(ctrl.SetupSignalHandler(), os.Args[1:], config.GetConfig); err != nil {
 		fmt.Fprintln(os.Stderr, "valkey-operator:", err)
 		os.Exit(1)
 	}
 }
+
+// defaultGCPercent is the GC target unless $GOGC sets one. The operator's heap is small and
+// mostly long-lived (informer caches, one connection per Valkey server), and Go's default of
+// 100 lets it grow to twice what is live before collecting. In the fleet benchmark (55
+// clusters, 80 servers) 50 cut the idle resident set from 62 to 56 MiB, for 0.7 more CPU
+// seconds over the whole 8-minute run (7.4 against 6.7).
+const defaultGCPercent = 50
 
 // run parses args, builds the manager and blocks until ctx is cancelled (SIGTERM/SIGINT in
 // production). getConfig loads the REST config (controller-runtime's standard loading:
@@ -38,6 +49,7 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		leaderID        = fs.String("leader-election-id", "valkey-operator-leader", "name of the leader election Lease")
 		metricsAddr     = fs.String("metrics-bind-address", ":8080", "metrics endpoint bind address (0 disables)")
 		probeAddr       = fs.String("health-probe-bind-address", ":8081", "healthz/readyz bind address (0 disables)")
+		pprofAddr       = fs.String("pprof-bind-address", "0", "net/http/pprof bind address, for profiling (0, the default, disables; keep it on loopback)")
 		syncPeriod      = fs.Duration("sync-period", 10*time.Hour, "informer resync period")
 		recheck         = fs.Duration("recheck-interval", reconciler.DefaultRecheckInterval, "re-check interval for Creating/Invalid clusters")
 		poll            = fs.Duration("poll-interval", reconciler.DefaultPollInterval, "progress poll interval while the operator acts on a cluster")
@@ -71,6 +83,7 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		LeaderElectionID: *leaderID,
 		MetricsAddr:      *metricsAddr,
 		ProbeAddr:        *probeAddr,
+		PprofAddr:        *pprofAddr,
 		SyncPeriod:       *syncPeriod,
 		RecheckInterval:  *recheck,
 		PollInterval:     *poll,

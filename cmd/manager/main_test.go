@@ -140,14 +140,15 @@ func TestInvalidSettingsStopStartup(t *testing.T) {
 // metrics, and returns cleanly when its context is cancelled, releasing the lease.
 func TestStartServeStop(t *testing.T) {
 	ns := namespace(t, "op-start", map[string]string{"defaultZoneSpread": "required"})
-	metrics, probes := freeAddr(t), freeAddr(t)
+	metrics, probes, pprof := freeAddr(t), freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- run(ctx, []string{"--namespace", ns, "--metrics-bind-address", metrics, "--health-probe-bind-address", probes,
-			"--leader-election-id", "lease-in-process"}, getConfig)
+			"--pprof-bind-address", pprof, "--leader-election-id", "lease-in-process"}, getConfig)
 	}()
-	for _, url := range []string{"http://" + probes + "/healthz", "http://" + probes + "/readyz", "http://" + metrics + "/metrics"} {
+	for _, url := range []string{"http://" + probes + "/healthz", "http://" + probes + "/readyz", "http://" + metrics + "/metrics",
+		"http://" + pprof + "/debug/pprof/heap"} {
 		require.NoError(t, poll.Until(ctx, 100*time.Millisecond, 30*time.Second, url+" answers 200", httpOK(url)))
 	}
 	lease := &coordinationv1.Lease{}

@@ -244,6 +244,9 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 		return err
 	}
 	idleRSS := usage.mark()
+	if err := b.saveHeapProfile(ctx); err != nil {
+		return err
+	}
 	fmt.Printf("fleet: operator-rss-mib formation=%.1f idle=%.1f cpu-s=%.1f\n", formationRSS, idleRSS, usage.cpuSeconds())
 	writes := 0.0
 	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {

@@ -35,6 +35,8 @@ type bench struct {
 	logDir  string
 	opLog   string
 	op      *operatorproc.Process
+	// pprofURL is the operator's net/http/pprof root ("" unless -operator-heap-profile).
+	pprofURL string
 }
 
 // startBench builds the operator, starts a private dev cluster, installs the CRDs and the
@@ -128,6 +130,15 @@ func (b *bench) startOperator(ctx context.Context, bin string) error {
 	args := []string{"--zap-time-encoding=rfc3339nano"}
 	if *operatorDebug {
 		args = append(args, "--zap-log-level=debug")
+	}
+	if *heapProfile != "" {
+		ports, err := operatorproc.FreePorts(1)
+		if err != nil {
+			return err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", ports[0])
+		args = append(args, "--pprof-bind-address="+addr)
+		b.pprofURL = "http://" + addr + "/debug/pprof/"
 	}
 	op, err := operatorproc.Start(ctx, operatorproc.Options{
 		Bin: bin, Kubeconfig: b.env.Kubeconfig, Namespace: operatorNamespace, LogPath: b.opLog, Args: args,

@@ -72,6 +72,7 @@ var (
 	rollTimeout   = flag.Duration("roll-timeout", 6*time.Minute, "bound on the rolling replacement")
 	keepLogs      = flag.Bool("keep-logs", false, "keep the operator's log folder even on success")
 	operatorDebug = flag.Bool("operator-debug", false, "run the operator with -zap-log-level=debug (valkeyops steps in its log)")
+	heapProfile   = flag.String("operator-heap-profile", "", "fleet: serve the operator's pprof on loopback and write its heap profile at the end of the idle window to this file")
 )
 
 var began = time.Now()

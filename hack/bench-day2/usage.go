@@ -1,8 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -87,4 +90,51 @@ func cpuSeconds(pid int) float64 {
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return (utime + stime) / 100 // USER_HZ
+}
+
+// saveHeapProfile writes the operator's heap profile to -operator-heap-profile (if set), for
+// `go tool pprof`, and beside it the same in text with the runtime's MemStats (.txt) and the
+// process's /proc smaps_rollup (.smaps): what the idle RSS is made of.
+func (b *bench) saveHeapProfile(ctx context.Context) error {
+	if b.pprofURL == "" {
+		return nil
+	}
+	for file, query := range map[string]string{*heapProfile: "heap", *heapProfile + ".txt": "heap?debug=1"} {
+		if err := fetchTo(ctx, b.pprofURL+query, file); err != nil {
+			return fmt.Errorf("operator heap profile: %w", err)
+		}
+	}
+	smaps, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", b.op.Pid()))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(*heapProfile+".smaps", smaps, 0o644); err != nil {
+		return err
+	}
+	logf("operator heap profile written to %s (and .txt, .smaps)", *heapProfile)
+	return nil
+}
+
+func fetchTo(ctx context.Context, url, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
