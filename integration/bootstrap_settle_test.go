@@ -107,3 +107,19 @@ func assertConfiguredTimeouts(t *testing.T, nodes []valkeyops.Node, when string)
 		assert.Equal(t, want, got, "%s %s", n.Name, when)
 	}
 }
+
+// Settle puts the named nodes, and only those, back at their configured timeout with replica
+// failover allowed: what the reconciler does before a joined node turns Active, in case the
+// Bootstrap that lowered it never returned.
+func TestSettleRestoresNamedNodes(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, harness.Config{}, 2, 1, valkeyops.Options{})
+	for _, n := range f.nodes {
+		lowerByHand(t, n)
+	}
+	require.NoError(t, f.admin.Settle(ctxT(t, 10*time.Second), f.nodes[:1]))
+	assertConfiguredTimeouts(t, f.nodes[:1], "after Settle")
+	left, err := timeouts(ctxT(t, 10*time.Second), f.nodes[1])
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"cluster-node-timeout": "200", "cluster-replica-no-failover": "yes"}, left, "a node not named is left alone")
+}

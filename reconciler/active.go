@@ -3,7 +3,9 @@ package reconciler
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
@@ -13,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -200,7 +203,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 	actx, cancel := context.WithTimeout(ctx, actionTimeout)
 	defer cancel()
 	err := r.perform(actx, p, a)
-	if apierrors.IsConflict(err) {
+	if apierrors.IsConflict(err) || errors.Is(err, errStaleNodes) {
 		return again
 	}
 	r.report(p, a, err)
@@ -255,6 +258,20 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 	case plan.Forget:
 		return p.valkey.Forget(ctx, p.members, a.IDs)
 	case plan.MarkActive, plan.MarkLeaving:
+		if a.Kind == plan.MarkActive {
+			// A node turns Active only at its configured settings: Bootstrap lowers a
+			// joining node's timeout and puts it back before it returns, but if the operator
+			// stopped in between, the next pass finds the node joined and plans this, not
+			// another Bootstrap. Only nodes still Joining on the API server are settled, so
+			// a pass planned from a cache that has not seen the last MarkActive yet does
+			// nothing twice (its status write would only conflict afterwards).
+			if err := r.requireJoining(ctx, p, a.Nodes); err != nil {
+				return err
+			}
+			if err := p.valkey.Settle(ctx, p.membersNamed(a.Nodes)); err != nil {
+				return err
+			}
+		}
 		life := views.LifecycleActive
 		if a.Kind == plan.MarkLeaving {
 			life = views.LifecycleLeaving
@@ -369,6 +386,44 @@ func (p *pass) joinable() []valkeyops.Node {
 	for _, m := range p.members {
 		n, err := p.node(m.Name)
 		if err == nil && n.Status().Lifecycle != views.LifecycleLeaving && n.Shard() < p.cluster.Shards() {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// errStaleNodes: the cache showed a ValkeyNode in a lifecycle the API server no longer has;
+// the pass ends and the next one plans from the newer view.
+var errStaleNodes = errors.New("ValkeyNode lifecycle changed since the cache was read")
+
+// requireJoining reads the named ValkeyNodes around the cache and fails with errStaleNodes
+// unless every one is still Joining.
+func (r *Reconciler) requireJoining(ctx context.Context, p *pass, names []string) error {
+	for _, name := range names {
+		n, err := p.node(name)
+		if err != nil {
+			return err
+		}
+		live := &unstructured.Unstructured{}
+		live.SetGroupVersionKind(n.U.GroupVersionKind())
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(n.U), live); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("%w: %s is gone", errStaleNodes, name)
+			}
+			return err
+		}
+		if life := (views.Node{U: live}).Status().Lifecycle; life != views.LifecycleJoining {
+			return fmt.Errorf("%w: %s is %s", errStaleNodes, name, life)
+		}
+	}
+	return nil
+}
+
+// membersNamed is the members with the given names.
+func (p *pass) membersNamed(names []string) []valkeyops.Node {
+	var out []valkeyops.Node
+	for _, m := range p.members {
+		if slices.Contains(names, m.Name) {
 			out = append(out, m)
 		}
 	}

@@ -102,6 +102,20 @@ func testScaleShards(t *testing.T, e *day2Env) {
 	assert.Equal(t, kinds(plan.CreateNodes, plan.Join, plan.Rebalance, plan.MarkActive), actionsOf(out), describeSteps(out))
 	assert.Len(t, e.nodeCreates(key.Namespace, since), 2, "exactly the new shard's two ValkeyNodes are created")
 	assert.Equal(t, []string{"leaving="}, opArgs(out, plan.Rebalance), "scale-out balances without draining anyone")
+	// The joined nodes are put at their configured settings before they turn Active: a join
+	// the operator did not see through ends there too.
+	var joined []string
+	for _, n := range e.nodes(t, key) {
+		if n.Shard() == 2 {
+			joined = append(joined, n.Name())
+		}
+	}
+	writes := valkeyWrites(m, since)
+	require.NotEmpty(t, writes)
+	if last := writes[len(writes)-1]; assert.Equal(t, settleStep, last.Op, "the scale-out's last Valkey write") {
+		assert.NoError(t, last.Err)
+		assert.ElementsMatch(t, joined, strings.Split(last.Args, ","), "the new shard's nodes are settled")
+	}
 
 	t.Run("converged makes no writes", func(t *testing.T) { e.assertIdle(t, key) })
 
@@ -679,7 +693,7 @@ type action struct{ kind, name string }
 func actionTargets(steps []day2Step) []action {
 	var out []action
 	for _, s := range steps {
-		if !s.OK || s.Kind == recordStatus {
+		if !s.OK || s.Kind == recordStatus || s.Kind == settleStep {
 			continue
 		}
 		if len(out) == 0 || out[len(out)-1].kind != s.Kind {
@@ -1104,6 +1118,9 @@ type day2Step struct {
 
 const recordStatus = "RecordStatus"
 
+// settleStep is the Valkey write MarkActive starts with.
+const settleStep = "Settle"
+
 // timeline is the cluster's writes since `since`, in the order they started. API writes are
 // classified by what they do: a ValkeyNode created, or its status moved to Joining, is
 // CreateNodes, as is a pod or its config ConfigMap created; a status moved to Active or Leaving is MarkActive or
@@ -1184,7 +1201,8 @@ func kinds(ks ...plan.Kind) []string {
 func actionsOf(steps []day2Step) []string {
 	var out []string
 	for _, s := range steps {
-		if !s.OK || s.Kind == recordStatus {
+		// Settle is MarkActive's first step, on the servers (testScaleShards checks it).
+		if !s.OK || s.Kind == recordStatus || s.Kind == settleStep {
 			continue
 		}
 		if len(out) == 0 || out[len(out)-1] != s.Kind {

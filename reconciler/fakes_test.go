@@ -203,6 +203,19 @@ func (c *fakeClient) write() error {
 	return fmt.Errorf("fake: day-2 command not scripted")
 }
 
+// Settle succeeds on a formed cluster that is not blocked, as CONFIG SET on reachable
+// servers does; the fake keeps no settings.
+func (c *fakeClient) Settle(context.Context, []valkeyops.Node) error {
+	c.f.mu.Lock()
+	defer c.f.mu.Unlock()
+	c.f.calls[c.key]++
+	c.f.writes[c.key]++
+	if c.f.blocked[c.key] {
+		return fmt.Errorf("%w: fake: servers blocked", valkeyops.ErrUnreachable)
+	}
+	return nil
+}
+
 func (c *fakeClient) Replicate(context.Context, []valkeyops.Node, string, int) error {
 	return c.write()
 }

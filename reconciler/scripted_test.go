@@ -1291,6 +1291,25 @@ func (m *valkeyModel) forgetAll(w *writeOp, ms []modelMember, ids []string) erro
 	return errors.Join(errs...)
 }
 
+// Settle mirrors valkeyops.Admin.Settle: a CONFIG SET on each named node, which a node that
+// cannot be reached refuses (the others are still set). The model keeps no settings.
+func (c *scriptedClient) Settle(ctx context.Context, nodes []valkeyops.Node) error {
+	m := c.m
+	return m.write(ctx, c.proc, "Settle", joinNodeNames(nodes), "", func(*writeOp) error {
+		ms, err := m.members(nodes)
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for _, x := range ms {
+			if x.modelServer == nil {
+				errs = append(errs, scriptedOpErr(x.n.Name, "settle-node-timeout", valkeyops.ErrUnreachable))
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
 // Forget mirrors valkeyops.Admin.Forget.
 func (c *scriptedClient) Forget(ctx context.Context, nodes []valkeyops.Node, ids []string) error {
 	m := c.m

@@ -32,6 +32,9 @@ type Valkey interface {
 type ValkeyClient interface {
 	// Bootstrap forms the cluster from nodes grouped by their Shard; idempotent.
 	Bootstrap(ctx context.Context, nodes []valkeyops.Node, shards int) error
+	// Settle puts nodes at their configured cluster-node-timeout with replica failover on,
+	// as Bootstrap leaves them when it returns.
+	Settle(ctx context.Context, nodes []valkeyops.Node) error
 	// Observe snapshots every node's own view; unreachable nodes are in it, never dropped.
 	Observe(ctx context.Context, nodes []valkeyops.Node) (*valkeyops.Snapshot, error)
 	// Replicate makes node name a replica of its shard's slot-holding primary (MEET first).

@@ -87,6 +87,14 @@ func (a *Admin) settle(ctx context.Context, nodes []Node) error {
 	})
 }
 
+// Settle puts nodes back at their configured cluster-node-timeout (Node.NodeTimeoutMillis,
+// when known) with replica failover allowed, as every Bootstrap does before it returns. For a
+// node that joined under a pass that did not return (the operator stopped in between): the
+// next pass finds it joined and never calls Bootstrap for it again.
+func (a *Admin) Settle(ctx context.Context, nodes []Node) error {
+	return a.settle(ctx, nodes)
+}
+
 // reachableNodes is the snapshot's nodes that answered.
 func reachableNodes(snap *Snapshot) []Node {
 	var out []Node

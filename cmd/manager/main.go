@@ -34,8 +34,8 @@ func main() {
 // defaultGCPercent is the GC target unless $GOGC sets one. The operator's heap is small and
 // mostly long-lived (informer caches, one connection per Valkey server), and Go's default of
 // 100 lets it grow to twice what is live before collecting. In the fleet benchmark (55
-// clusters, 80 servers) 50 cut the idle resident set from 62 to 56 MiB, for 0.7 more CPU
-// seconds over the whole 8-minute run (7.4 against 6.7).
+// clusters, 80 servers) 50 cut the idle resident set from 62 to 56-57 MiB, for 0.7 to 1.8
+// more CPU seconds over the whole 8-minute run (7.4 and 8.5 against 6.7 and 6.8).
 const defaultGCPercent = 50
 
 // run parses args, builds the manager and blocks until ctx is cancelled (SIGTERM/SIGINT in
