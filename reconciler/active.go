@@ -262,7 +262,7 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 			// A node turns Active only at its configured settings: Bootstrap lowers a
 			// joining node's timeout and puts it back before it returns, but if the operator
 			// stopped in between, the next pass finds the node joined and plans this, not
-			// another Bootstrap. Only nodes still Joining on the API server are settled, so
+			// another Bootstrap. Only nodes not yet Active on the API server are settled, so
 			// a pass planned from a cache that has not seen the last MarkActive yet does
 			// nothing twice (its status write would only conflict afterwards).
 			if err := r.requireJoining(ctx, p, a.Nodes); err != nil {
@@ -397,7 +397,7 @@ func (p *pass) joinable() []valkeyops.Node {
 var errStaleNodes = errors.New("ValkeyNode lifecycle changed since the cache was read")
 
 // requireJoining reads the named ValkeyNodes around the cache and fails with errStaleNodes
-// unless every one is still Joining.
+// if one is gone, Active already or Leaving.
 func (r *Reconciler) requireJoining(ctx context.Context, p *pass, names []string) error {
 	for _, name := range names {
 		n, err := p.node(name)
@@ -412,7 +412,9 @@ func (r *Reconciler) requireJoining(ctx context.Context, p *pass, names []string
 			}
 			return err
 		}
-		if life := (views.Node{U: live}).Status().Lifecycle; life != views.LifecycleJoining {
+		// The planner activates any joined node not Active (a node whose Joining status
+		// write was lost has none), and never a Leaving one.
+		if life := (views.Node{U: live}).Status().Lifecycle; life == views.LifecycleActive || life == views.LifecycleLeaving {
 			return fmt.Errorf("%w: %s is %s", errStaleNodes, name, life)
 		}
 	}
