@@ -265,7 +265,7 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 			// another Bootstrap. Only nodes not yet Active on the API server are settled, so
 			// a pass planned from a cache that has not seen the last MarkActive yet does
 			// nothing twice (its status write would only conflict afterwards).
-			if err := r.requireJoining(ctx, p, a.Nodes); err != nil {
+			if err := r.requireNotYetActive(ctx, p, a.Nodes); err != nil {
 				return err
 			}
 			if err := p.valkey.Settle(ctx, p.membersNamed(a.Nodes)); err != nil {
@@ -396,9 +396,9 @@ func (p *pass) joinable() []valkeyops.Node {
 // the pass ends and the next one plans from the newer view.
 var errStaleNodes = errors.New("ValkeyNode lifecycle changed since the cache was read")
 
-// requireJoining reads the named ValkeyNodes around the cache and fails with errStaleNodes
-// if one is gone, Active already or Leaving.
-func (r *Reconciler) requireJoining(ctx context.Context, p *pass, names []string) error {
+// requireNotYetActive reads the named ValkeyNodes around the cache and fails with
+// errStaleNodes if one is gone, Active already or Leaving.
+func (r *Reconciler) requireNotYetActive(ctx context.Context, p *pass, names []string) error {
 	for _, name := range names {
 		n, err := p.node(name)
 		if err != nil {

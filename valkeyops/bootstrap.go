@@ -25,7 +25,7 @@ const formTimeout = 60 * time.Second
 // Fresh nodes form at a lower cluster-node-timeout (formingNodeTimeout for a new cluster,
 // joiningNodeTimeout when joining a formed one). However it ends (formed, failed, cancelled),
 // Bootstrap leaves every reachable node at its configured timeout (Node.NodeTimeoutMillis)
-// with replica failover allowed: see settle.
+// with replica failover allowed: see Settle.
 func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err error) {
 	groups, err := groupShards(nodes, shards)
 	if err != nil {
@@ -36,7 +36,7 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err er
 		return err
 	}
 	defer func() {
-		if serr := a.settle(ctx, reachableNodes(snap)); serr != nil {
+		if serr := a.Settle(ctx, reachableNodes(snap)); serr != nil {
 			err = errors.Join(err, serr)
 		}
 	}()
@@ -85,7 +85,7 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err er
 	// Converged: every node sees every slot assigned and every replica follows its primary.
 	// A primary owning slots that was marked FAIL (a late PONG at the forming timeout) stays
 	// FAIL until twice the node timeout has passed since, and its slots count as unserved:
-	// this wait sees that through at the forming timeout, before settle raises it (which
+	// this wait sees that through at the forming timeout, before Settle raises it (which
 	// would stretch it to twice the configured timeout).
 	return a.waitServing(ctx, nodes, "bootstrap-converge", func(st *NodeState) error {
 		if shard, ok := byShard[st.Name]; ok && (st.Role != RoleReplica || st.PrimaryID != primaries[shard].ID) {

@@ -1,6 +1,6 @@
 package valkeyops
 
-// The settings fresh nodes form at, and settle, which puts every node back at its configured
+// The settings fresh nodes form at, and Settle, which puts every node back at its configured
 // ones however Bootstrap ends.
 
 import (
@@ -67,14 +67,17 @@ func prepareFresh(n Node, epoch uint64, forming bool) [][]string {
 	return append(cmds, set)
 }
 
-// settle puts the nodes back at their configured cluster-node-timeout (when known) with
-// replica failover allowed. Bootstrap ends with it on every path, whatever this pass lowered:
-// only the first pass of a formation sees its nodes fresh, so a pass that died before
-// restoring (operator restarted, context cancelled) would leave them at the forming timeout,
-// where a late PONG flags healthy nodes failing, and unable to fail over, for good. A cluster
-// is reported Active only after Bootstrap returned, so a rerun settles what a dead pass left.
-// It runs on a context of its own: the caller's may be what ended the pass.
-func (a *Admin) settle(ctx context.Context, nodes []Node) error {
+// Settle puts the nodes back at their configured cluster-node-timeout (Node.NodeTimeoutMillis,
+// when known) with replica failover allowed. Bootstrap ends with it on every path, whatever
+// this pass lowered: only the first pass of a formation sees its nodes fresh, so a pass that
+// died before restoring (operator restarted, context cancelled) would leave them at the
+// forming timeout, where a late PONG flags healthy nodes failing, and unable to fail over,
+// for good. A cluster is reported Active only after Bootstrap returned, so a rerun settles
+// what a dead pass left; a node that joined an Active cluster under a pass that did not
+// return is found joined and never given to Bootstrap again, so the reconciler settles it
+// before marking it Active. It runs on a context of its own: the caller's may be what ended
+// the pass.
+func (a *Admin) Settle(ctx context.Context, nodes []Node) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
 	return parallel(nodes, func(n Node) error {
@@ -85,14 +88,6 @@ func (a *Admin) settle(ctx context.Context, nodes []Node) error {
 		_, err := a.cmd(ctx, n, "settle-node-timeout", args...)
 		return err
 	})
-}
-
-// Settle puts nodes back at their configured cluster-node-timeout (Node.NodeTimeoutMillis,
-// when known) with replica failover allowed, as every Bootstrap does before it returns. For a
-// node that joined under a pass that did not return (the operator stopped in between): the
-// next pass finds it joined and never calls Bootstrap for it again.
-func (a *Admin) Settle(ctx context.Context, nodes []Node) error {
-	return a.settle(ctx, nodes)
 }
 
 // reachableNodes is the snapshot's nodes that answered.
