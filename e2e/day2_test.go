@@ -260,7 +260,12 @@ type day2Writer struct {
 // finishDay2 stops the writer and the watch and checks the pass criteria.
 func finishDay2(t *testing.T, w *day2Writer, watch *stateWatch, what string) {
 	t.Helper()
-	res := w.Stop()
+	finishDay2Stopped(t, w, w.Stop(), watch, what)
+}
+
+// finishDay2Stopped is finishDay2 for a writer already stopped with res.
+func finishDay2Stopped(t *testing.T, w *day2Writer, res loadgen.Result, watch *stateWatch, what string) {
+	t.Helper()
 	ctx, cancel := ctxTimeout(2 * time.Minute)
 	defer cancel()
 	lost, first := loadgen.Missing(ctx, w.reader(), "day2:", res.Acked)

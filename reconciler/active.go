@@ -51,7 +51,10 @@ const (
 	ReasonTopologyStall = "TopologyStalled"
 	ReasonTopologyFail  = "TopologyActionFailed"
 	ReasonNodeRetired   = "NodeRetired"
-	ReasonSlotsLost     = "SlotsLost"
+	ReasonSlotsLost     = "SlotsLost" // also a total outage: every copy of the data lost
+	// ReasonStranger: a server of another cluster (met by hand, or through a reused pod IP)
+	// was found among a server's peers and forgotten.
+	ReasonStranger = "StrangerForgotten"
 )
 
 // observeActive connects and observes every node whose pod is ready (or is being deleted but
@@ -117,6 +120,8 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		if pod := p.pods[n.Name()]; pod != nil {
 			pn.Pod, pn.Unschedulable = podState(pod)
 			pn.Exited = serverExited(pod)
+			pn.InSync, _ = podInSync(pod)
+			pn.Cordoned = p.maintenance[pod.Spec.NodeName]
 			if pn.Pod == plan.PodStarting {
 				pn.NotReadyFor = r.opts.Now().Sub(pod.CreationTimestamp.Time)
 			}
@@ -128,6 +133,7 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		}
 		o.Nodes = append(o.Nodes, pn)
 	}
+	r.markInSync(ctx, p, o)
 	a := plan.Next(o)
 	return r.act(ctx, p, a)
 }
@@ -183,6 +189,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 	case plan.None:
 		r.clearWarning(p, ReasonTopologyStall)
 		r.clearWarning(p, ReasonTopologyFail)
+		r.clearWarning(p, ReasonStranger) // a stranger met again is reported again
 		return done(ctrl.Result{RequeueAfter: r.opts.ActivePeriod}, nil)
 	case plan.Wait:
 		if a.Warning {
@@ -257,6 +264,18 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		return p.valkey.AssignSlots(ctx, p.members, a.Node, a.Slots)
 	case plan.Forget:
 		return p.valkey.Forget(ctx, p.members, a.IDs)
+	case plan.ForgetStrangers:
+		r.warn(p, ReasonStranger, "ForgetStrangers", a.Reason)
+		var tell []valkeyops.Node // a replica cannot forget its own primary: it is replaced
+		for _, m := range p.members {
+			if !slices.Contains(a.Nodes, m.Name) {
+				tell = append(tell, m)
+			}
+		}
+		if err := p.valkey.Forget(ctx, tell, a.IDs); err != nil {
+			return err
+		}
+		return r.setLifecycle(ctx, p, a.Nodes, views.LifecycleLeaving)
 	case plan.MarkActive, plan.MarkLeaving:
 		if a.Kind == plan.MarkActive {
 			// A node turns Active only at its configured settings: Bootstrap lowers a
@@ -276,14 +295,14 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		if a.Kind == plan.MarkLeaving {
 			life = views.LifecycleLeaving
 		}
-		for _, name := range a.Nodes {
-			n, err := p.node(name)
-			if err != nil {
-				return err
-			}
-			if err := r.setNodeStatus(ctx, n, func(s *views.NodeStatus) { s.Lifecycle = life }); err != nil {
-				return err
-			}
+		if err := r.setLifecycle(ctx, p, a.Nodes, life); err != nil {
+			return err
+		}
+		if a.DataLost > 0 {
+			// Said once: the next pass finds these nodes Leaving, and the replacements
+			// hold no data to lose.
+			r.warn(p, ReasonSlotsLost, "DataLost", fmt.Sprintf("every copy of the cluster's data was lost at %s (all %d nodes gone); the cluster is formed again, empty",
+				r.opts.Now().UTC().Format(time.RFC3339), a.DataLost))
 		}
 		return nil
 	case plan.Delete:
@@ -298,6 +317,20 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		return nil
 	}
 	return fmt.Errorf("unknown action %q", a.Kind)
+}
+
+// setLifecycle writes lifecycle life to the named ValkeyNodes' status.
+func (r *Reconciler) setLifecycle(ctx context.Context, p *pass, names []string, life string) error {
+	for _, name := range names {
+		n, err := p.node(name)
+		if err != nil {
+			return err
+		}
+		if err := r.setNodeStatus(ctx, n, func(s *views.NodeStatus) { s.Lifecycle = life }); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteNode deletes a ValkeyNode (its pod and config ConfigMap go with it, by owner) and

@@ -31,6 +31,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,6 +118,9 @@ func testScaleShards(t *testing.T, e *day2Env) {
 		assert.ElementsMatch(t, joined, strings.Split(last.Args, ","), "the new shard's nodes are settled")
 	}
 
+	assert.Equal(t, []string{"scale-shard-0", "scale-shard-1", "scale-shard-2"}, e.budgetNames(t, key), "a budget per shard, the new one too")
+	assert.ElementsMatch(t, joined, opArgs(out, recordInSyncKind), "the new shard's pods are marked in sync once, when they are")
+
 	t.Run("converged makes no writes", func(t *testing.T) { e.assertIdle(t, key) })
 
 	var departing []string
@@ -166,7 +170,25 @@ func testScaleShards(t *testing.T, e *day2Env) {
 		}
 	}
 	assert.Empty(t, m.overlapping())
+	assert.True(t, pollUntil(waitFor, func() bool { return slices.Equal([]string{"scale-shard-0", "scale-shard-1"}, e.budgetNames(t, key)) }),
+		"the departed shard's budget is gone with it: %v", e.budgetNames(t, key))
 	states.assertActive(t)
+}
+
+// recordInSyncKind is recordInSync as a plan.Kind, for opArgs.
+const recordInSyncKind = plan.Kind(recordInSync)
+
+// budgetNames lists the cluster's PodDisruptionBudgets by name, sorted.
+func (e *day2Env) budgetNames(t *testing.T, key types.NamespacedName) []string {
+	t.Helper()
+	l := &policyv1.PodDisruptionBudgetList{}
+	require.NoError(t, e.c.List(context.Background(), l, client.InNamespace(key.Namespace), client.MatchingLabels{render.LabelCluster: key.Name}))
+	var out []string
+	for _, b := range l.Items {
+		out = append(out, b.Name)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // testScaleReplicas: 1→2→1 replicas per shard. The new replicas are created, attached and
@@ -481,7 +503,7 @@ func testLongMove(t *testing.T, e *day2Env) {
 	t.Logf("while A's move was held (%s): B converged, and %d passes of A ended",
 		time.Since(heldAt).Round(time.Millisecond), e.passes.of(a)-passes)
 	for _, s := range e.timeline(a, heldAt) {
-		assert.Equal(t, recordStatus, s.Kind, "A made no other topology action while its move ran: %s %s", s.Kind, s.Target)
+		assert.True(t, bookkeeping(s.Kind), "A made no other topology action while its move ran: %s %s", s.Kind, s.Target)
 	}
 	outB := e.timeline(b, sinceB)
 	assertTimeline(t, outB)
@@ -693,7 +715,7 @@ type action struct{ kind, name string }
 func actionTargets(steps []day2Step) []action {
 	var out []action
 	for _, s := range steps {
-		if !s.OK || s.Kind == recordStatus || s.Kind == settleStep {
+		if !s.OK || bookkeeping(s.Kind) || s.Kind == settleStep {
 			continue
 		}
 		if len(out) == 0 || out[len(out)-1].kind != s.Kind {
@@ -1118,6 +1140,19 @@ type day2Step struct {
 
 const recordStatus = "RecordStatus"
 
+// Bookkeeping beside the actions: a pod's in-sync condition set, a shard's budget applied
+// or deleted. Neither is a topology action, and both may recur (a pod turns in sync, out,
+// and in again).
+const (
+	recordInSync = "RecordInSync"
+	budgetWrite  = "Budget"
+)
+
+// bookkeeping reports whether a step records something rather than acting.
+func bookkeeping(kind string) bool {
+	return kind == recordStatus || kind == recordInSync || kind == budgetWrite
+}
+
 // settleStep is the Valkey write MarkActive starts with.
 const settleStep = "Settle"
 
@@ -1151,6 +1186,10 @@ func (e *day2Env) timeline(key types.NamespacedName, since time.Time) []day2Step
 			s.Kind, s.Target = string(plan.CreateNodes), w.Name+" pod"
 		case w.Resource == "configmaps" && w.Method == http.MethodPost:
 			s.Kind, s.Target = string(plan.CreateNodes), w.Name // a new node's config file
+		case w.Resource == "pods" && w.Sub == "status":
+			s.Kind = recordInSync
+		case w.Resource == "poddisruptionbudgets":
+			s.Kind = budgetWrite
 		case w.Resource == "valkeyclusters" && w.Sub == "status":
 			s.Kind = "ClusterStatus"
 		default:
@@ -1202,7 +1241,7 @@ func actionsOf(steps []day2Step) []string {
 	var out []string
 	for _, s := range steps {
 		// Settle is MarkActive's first step, on the servers (testScaleShards checks it).
-		if !s.OK || s.Kind == recordStatus || s.Kind == settleStep {
+		if !s.OK || bookkeeping(s.Kind) || s.Kind == settleStep {
 			continue
 		}
 		if len(out) == 0 || out[len(out)-1] != s.Kind {
@@ -1245,7 +1284,7 @@ func assertTimeline(t *testing.T, steps []day2Step) {
 	done := map[string]bool{}
 	for i, s := range steps {
 		assert.NotEqual(t, "ClusterStatus", s.Kind, "the Active phase wrote the cluster's status: %s", describeSteps(steps))
-		if s.Kind == recordStatus {
+		if bookkeeping(s.Kind) {
 			continue
 		}
 		assert.False(t, s.Start.Before(last), "step %d (%s %s) started before the one before it ended: %s", i, s.Kind, s.Target, describeSteps(steps))

@@ -42,6 +42,7 @@ func TestBadInputIsNamedAndDisturbsNothing(t *testing.T) {
 	running := createCluster(t, ns, "running", cfg, clusterOpts{shards: 2, replicas: 1, acl: []views.ACLUser{app}})
 	waitState(t, running, views.StateActive)
 	waitEvent(t, running, corev1.EventTypeNormal, "StateChanged", "Creating -> Active")
+	waitPodsInSync(t, running)
 	before := ownedBy(t, running)
 	writes := fake.writeCount(running)
 

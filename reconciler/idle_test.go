@@ -44,6 +44,7 @@ func TestIdleClusterMakesNoWrites(t *testing.T) {
 	waitState(t, key, views.StateActive)
 	// Let the Events of the transition land before taking the baseline.
 	waitEvent(t, key, corev1.EventTypeNormal, "StateChanged", "Creating -> Active")
+	waitPodsInSync(t, key)
 
 	before := snapshotNamespace(t, k8s, ns)
 	writes := fake.writeCount(key)

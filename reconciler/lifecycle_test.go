@@ -256,7 +256,7 @@ func TestRenderedPod(t *testing.T) {
 			pods := listPods(t, key)
 			require.Len(t, pods, 2)
 			for _, pod := range pods {
-				assert.Equal(t, map[string]string{"example.com/team": "payments"}, pod.Annotations)
+				assert.Equal(t, map[string]string{"example.com/team": "payments", render.SafeToEvictAnnotation: "true"}, pod.Annotations)
 				assert.Equal(t, pod.Name, pod.Spec.Hostname)
 				assert.Equal(t, "c", pod.Spec.Subdomain)
 				assert.Equal(t, tc.placement.NodeSelector, pod.Spec.NodeSelector)

@@ -9,6 +9,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/settings"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -81,10 +82,13 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 			// Only the operator's own pods, Services, ConfigMaps and Secrets. TLS Secrets are
 			// the users' own: a pass reads the one it needs directly, and a cache of Secret
 			// names alone wakes the clusters that use one when it changes (watches.go).
-			&corev1.Pod{}:       {Label: managed},
-			&corev1.Service{}:   {Label: managed},
-			&corev1.ConfigMap{}: {Label: managed},
-			&corev1.Secret{}:    {Label: managed},
+			&corev1.Pod{}:                   {Label: managed},
+			&corev1.Service{}:               {Label: managed},
+			&corev1.ConfigMap{}:             {Label: managed},
+			&corev1.Secret{}:                {Label: managed},
+			&policyv1.PodDisruptionBudget{}: {Label: managed},
+			// Only whether a node is in maintenance (maintenance.go).
+			&corev1.Node{}: {Transform: nodeSchedulingOnly},
 		},
 		DefaultTransform: stripManagedFields,
 	}
@@ -138,10 +142,10 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 
 // stripManagedFields drops managedFields from cached objects, often the larger part of a pod
 // or a custom resource, which nothing here reads. The kinds the operator keeps in shape with
-// server-side apply keep theirs: apply (apply.go) extracts the fields it owns from them.
+// server-side apply (and PodDisruptionBudgets) keep theirs: apply (apply.go) extracts the fields it owns from them.
 func stripManagedFields(o any) (any, error) {
 	switch o.(type) {
-	case *corev1.Secret, *corev1.Service, *corev1.ConfigMap:
+	case *corev1.Secret, *corev1.Service, *corev1.ConfigMap, *policyv1.PodDisruptionBudget:
 		return o, nil
 	}
 	if m, err := meta.Accessor(o); err == nil && m.GetManagedFields() != nil {

@@ -202,6 +202,9 @@ type pass struct {
 	snapshot *valkeyops.Snapshot    // the servers' own views (Active phase)
 	// nodesLoaded: load-members ran (nodes and members are this pass's).
 	nodesLoaded bool
+	// maintenance: the Kubernetes nodes running the pass's pods, true for those in
+	// maintenance (maintenance.go).
+	maintenance map[string]bool
 	// certNotAfter is when the validated TLS certificate expires (zero without TLS).
 	certNotAfter time.Time
 
@@ -257,6 +260,7 @@ func (r *Reconciler) steps() []step {
 		{"ensure-acl", nil, r.ensureACL},
 		{"state-gate", nil, r.stateGate},
 		{"load-members", both, r.loadMembers},
+		{"ensure-budgets", both, r.ensureBudgets},
 		{"report-rejected-settings", both, r.reportRejectedSettings},
 		{"pass-formed", creating, r.passFormed},
 		{"resolve-config", creating, r.resolveConfig},

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -242,6 +243,23 @@ func waitStatus(t *testing.T, key types.NamespacedName, what string, pred func(v
 func waitState(t *testing.T, key types.NamespacedName, state string) views.Status {
 	t.Helper()
 	return waitStatus(t, key, "state "+state, func(s views.Status) bool { return s.State == state })
+}
+
+// waitPodsInSync waits until every pod of the cluster carries the in-sync condition True:
+// the first Active passes set it, so a converged cluster is one whose pods are Ready.
+func waitPodsInSync(t *testing.T, key types.NamespacedName) {
+	t.Helper()
+	require.True(t, pollUntil(waitFor, func() bool {
+		pods := listPods(t, key)
+		for _, pod := range pods {
+			if !slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Type == render.InSyncCondition && c.Status == corev1.ConditionTrue
+			}) {
+				return false
+			}
+		}
+		return len(pods) > 0
+	}), "cluster %s: every pod marked in sync", key)
 }
 
 func pollUntil(d time.Duration, cond func() bool) bool {

@@ -9,11 +9,13 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/resolve"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -26,7 +28,7 @@ import (
 const ControllerName = "valkeycluster"
 
 // SetupWithManager registers the controller and its watches: the cluster itself; the objects
-// it owns (ValkeyNodes, Service, Secrets, ConfigMaps, and Pods, which are owned by their
+// it owns (ValkeyNodes, Service, Secrets, ConfigMaps, PodDisruptionBudgets, and Pods, which are owned by their
 // ValkeyNode and so are mapped by label); and the shared objects it reads (ValkeyConfig,
 // ValkeyImage, ValkeyRole, TLS Secrets), mapped to the clusters that use them.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error { return r.setup(mgr, false) }
@@ -48,7 +50,9 @@ func (r *Reconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error {
 		Owns(&corev1.Service{}).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToCluster)).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToClusters), builder.WithPredicates(maintenanceChanged())).
 		WatchesRawSource(source.Kind[client.Object](names, SecretMetadata(), handler.EnqueueRequestsFromMapFunc(r.tlsSecretToClusters))).
 		Watches(views.NewConfigObject(), handler.EnqueueRequestsFromMapFunc(r.configToClusters)).
 		Watches(views.NewImageObject(), handler.EnqueueRequestsFromMapFunc(r.imageToClusters)).

@@ -62,6 +62,7 @@ type Shared struct {
 type Provider struct {
 	shared   *Shared
 	nodeName string
+	apiPods  corev1listers.PodLister // the node's pods as the API server has them
 	cms      corev1listers.ConfigMapLister
 	secrets  corev1listers.SecretLister
 
@@ -71,9 +72,10 @@ type Provider struct {
 	ready  chan struct{} // closed once notify is set
 }
 
-// New returns the provider of node nodeName.
-func New(shared *Shared, nodeName string, cms corev1listers.ConfigMapLister, secrets corev1listers.SecretLister) *Provider {
-	return &Provider{shared: shared, nodeName: nodeName, cms: cms, secrets: secrets, pods: map[string]*podState{}, ready: make(chan struct{})}
+// New returns the provider of node nodeName. pods lists the node's pods as
+// the API server has them (virtual-kubelet's pod informer, see WatchPods).
+func New(shared *Shared, nodeName string, pods corev1listers.PodLister, cms corev1listers.ConfigMapLister, secrets corev1listers.SecretLister) *Provider {
+	return &Provider{shared: shared, nodeName: nodeName, apiPods: pods, cms: cms, secrets: secrets, pods: map[string]*podState{}, ready: make(chan struct{})}
 }
 
 // Run re-syncs volumes until ctx ends.
@@ -148,7 +150,12 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	st.cancel = cancel
 	p.pods[key] = st
 	go p.startPod(runCtx, st)
-	go p.publish(st)
+	go func() {
+		// The pod's status may have changed on the API server since the
+		// copy CreatePod got, before st was there for WatchPods to update.
+		p.refreshForeign(st)
+		p.publish(st)
+	}()
 	return nil
 }
 

@@ -27,8 +27,13 @@ type podState struct {
 	ctrs      []*ctrState
 	startTime *metav1.Time
 	deleting  bool
-	conds     map[corev1.PodConditionType]corev1.PodCondition // last published, for transition times
+	conds     map[corev1.PodConditionType]corev1.PodCondition // last computed kubelet-owned conditions, for transition times
 	tokens    map[string]cachedToken                          // projected service-account tokens by path
+
+	// foreign are the conditions others own (readiness gates,
+	// DisruptionTarget), as the API server last had them: the provider
+	// reports them untouched and computes Ready from the gates among them.
+	foreign []corev1.PodCondition
 }
 
 type ctrState struct {
@@ -45,7 +50,8 @@ type ctrState struct {
 }
 
 func newPodState(key string, pod *corev1.Pod, ip, hostIP netip.Addr, dir string) *podState {
-	st := &podState{key: key, pod: pod, ip: ip, hostIP: hostIP, dir: dir, volHash: map[string]string{}, startDone: make(chan struct{})}
+	st := &podState{key: key, pod: pod, ip: ip, hostIP: hostIP, dir: dir, volHash: map[string]string{}, startDone: make(chan struct{}),
+		foreign: foreignConditions(pod.Status.Conditions)}
 	for _, c := range pod.Spec.Containers {
 		st.ctrs = append(st.ctrs, &ctrState{
 			name:  c.Name,
@@ -77,7 +83,8 @@ func equalStatus(a, b corev1.PodStatus) bool {
 		return false
 	}
 	for i := range a.Conditions {
-		if a.Conditions[i].Type != b.Conditions[i].Type || a.Conditions[i].Status != b.Conditions[i].Status {
+		x, y := a.Conditions[i], b.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message {
 			return false
 		}
 	}
@@ -121,7 +128,7 @@ func (st *podState) statusLocked() corev1.PodStatus {
 	s.StartTime = st.startTime
 	s.Reason, s.Message = "", ""
 
-	allReady, running, waiting := true, false, false
+	running, waiting := false, false
 	allSucceeded := true
 	s.ContainerStatuses = nil
 	for _, c := range st.ctrs {
@@ -146,9 +153,6 @@ func (st *podState) statusLocked() corev1.PodStatus {
 			cs.ContainerID = "docker://" + c.id
 		}
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
-		if !cs.Ready {
-			allReady = false
-		}
 		switch {
 		case c.state.Running != nil:
 			running = true
@@ -178,30 +182,41 @@ func (st *podState) statusLocked() corev1.PodStatus {
 		s.Phase = corev1.PodFailed
 	}
 
-	cond := func(t corev1.PodConditionType, ok bool) corev1.PodCondition {
-		status := corev1.ConditionFalse
-		if ok {
-			status = corev1.ConditionTrue
-		}
-		if old, ok := st.conds[t]; ok && old.Status == status {
-			return old
-		}
-		c := corev1.PodCondition{Type: t, Status: status, LastTransitionTime: metav1.Now()}
-		if st.conds == nil {
-			st.conds = map[corev1.PodConditionType]corev1.PodCondition{}
-		}
-		st.conds[t] = c
-		return c
-	}
+	ctrsReady := containersReadyCondition(s.Phase, s.ContainerStatuses)
 	s.Conditions = []corev1.PodCondition{
-		cond(corev1.PodReadyToStartContainers, st.startTime != nil && !st.deleting),
-		cond(corev1.PodInitialized, true),
-		cond(corev1.ContainersReady, allReady && running),
+		st.stamp(trueIf(corev1.PodReadyToStartContainers, st.startTime != nil && !st.deleting)),
+		st.stamp(trueIf(corev1.PodInitialized, true)),
+		st.stamp(ctrsReady),
 		// A kubelet keeps probing readiness while a pod terminates (its
 		// preStop hooks run), so Ready follows the probes until the
 		// containers stop; endpoints drop the pod because it is terminating.
-		cond(corev1.PodReady, allReady && running),
-		cond(corev1.PodScheduled, true),
+		st.stamp(podReadyCondition(st.pod.Spec.ReadinessGates, ctrsReady, st.foreign)),
+		st.stamp(trueIf(corev1.PodScheduled, true)),
 	}
+	s.Conditions = append(s.Conditions, st.foreign...)
 	return s
+}
+
+// trueIf is a condition of type t without reason, True if ok.
+func trueIf(t corev1.PodConditionType, ok bool) corev1.PodCondition {
+	if ok {
+		return corev1.PodCondition{Type: t, Status: corev1.ConditionTrue}
+	}
+	return corev1.PodCondition{Type: t, Status: corev1.ConditionFalse}
+}
+
+// stamp gives c its LastTransitionTime: that of the last computed condition
+// of its type while the status holds (so that repeated snapshots of an
+// unchanged pod are identical and publish nothing), now when it changed.
+func (st *podState) stamp(c corev1.PodCondition) corev1.PodCondition {
+	if old, ok := st.conds[c.Type]; ok && old.Status == c.Status {
+		c.LastTransitionTime = old.LastTransitionTime
+	} else {
+		c.LastTransitionTime = metav1.Now()
+	}
+	if st.conds == nil {
+		st.conds = map[corev1.PodConditionType]corev1.PodCondition{}
+	}
+	st.conds[c.Type] = c
+	return c
 }

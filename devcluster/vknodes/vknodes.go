@@ -146,14 +146,14 @@ func Run(ctx context.Context, cfg Config, ready chan<- struct{}) error {
 		var prov *dockerpods.Provider
 		n, err := nodeutil.NewNode(spec.Name,
 			func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
-				prov = dockerpods.New(shared, spec.Name, pc.ConfigMaps, pc.Secrets)
+				prov = dockerpods.New(shared, spec.Name, pc.Pods, pc.ConfigMaps, pc.Secrets)
 				return prov, nil, nil
 			},
 			nodeutil.WithClient(kube),
 			nodeutil.AttachProviderRoutes(mux),
 			nodeutil.WithPodControllerConfigOverrides(func(pc *node.PodControllerConfig) error {
 				pc.SyncPodsFromKubernetesShouldRetryFunc = retryLikeKubelet
-				return nil
+				return followAPIStatus(pc, prov)
 			}),
 			func(c *nodeutil.NodeConfig) error {
 				c.HTTPListenAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
@@ -220,6 +220,16 @@ func drain(errs chan error) error {
 func retryLikeKubelet(_ context.Context, _ string, timesTried int, _ time.Time, _ error) (*time.Duration, error) {
 	d := min(200*time.Millisecond<<min(timesTried, 6), 5*time.Second)
 	return &d, nil
+}
+
+// followAPIStatus makes the provider honour conditions others own, as a
+// kubelet does: its status writes keep them (a readiness gate's condition
+// set by an operator, DisruptionTarget set by the eviction API), and a change
+// to them on the API server re-computes Ready at once. Both read the pod
+// controller's own informer, whose lister the provider was given.
+func followAPIStatus(pc *node.PodControllerConfig, prov *dockerpods.Provider) error {
+	pc.PodClient = dockerpods.KeepForeignConditions(pc.PodClient, pc.PodInformer.Lister())
+	return prov.WatchPods(pc.PodInformer.Informer())
 }
 
 // describeNode fills in what the scheduler and kubectl show about a node.

@@ -175,7 +175,8 @@ func handOver(v view) (Action, bool) {
 
 // adoptOrphans gives slots that nobody owns any more (their only copy was lost and dropped)
 // to the empty primary of a shard that has no slot-holding primary, else to the primary
-// holding the fewest; balance evens them out afterwards.
+// holding the fewest; balance evens them out afterwards. When nobody owns any slot it forms
+// the empty topology instead (Join).
 func adoptOrphans(v view) (Action, bool) {
 	var missing []int
 	for s, ok := range v.covered {
@@ -185,6 +186,13 @@ func adoptOrphans(v view) (Action, bool) {
 	}
 	if len(missing) == 0 || len(v.reachable) == 0 {
 		return Action{}, false
+	}
+	if len(missing) == valkeyops.SlotCount {
+		// No server holds or knows any slot: every copy of the data is gone (a total outage;
+		// or a stranger, now forgotten, had taken every slot). Every shard forms at once,
+		// shard i taking even range i (Bootstrap assigns only slots nobody owns), so nothing
+		// needs moving afterwards; giving every slot to one node would need a Rebalance.
+		return Action{Kind: Join, Reason: "no server holds or knows any slot: every shard forms again at once, each with its even share of the slots"}, true
 	}
 	var target *Node
 	for s := 0; s < v.Shards && target == nil; s++ {

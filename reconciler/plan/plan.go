@@ -55,6 +55,11 @@ type Node struct {
 	State *valkeyops.NodeState
 	// Hash is the node's spec hash, fixed at creation: everything whose change needs a new node.
 	Hash string
+	// Cordoned: the pod runs on a Kubernetes node marked for maintenance (cordoned, or being
+	// drained by the cluster autoscaler). Its server is moved off like a stale one.
+	Cordoned bool
+	// InSync is the pod's in-sync condition as last set (see InSync).
+	InSync bool
 
 	dying *valkeyops.NodeState // State of a server whose pod is being deleted
 }
@@ -88,26 +93,38 @@ const (
 	DropSlots     Kind = "DropSlots"   // forget dead IDs whose slots had no other copy (their data is lost)
 	AssignSlots   Kind = "AssignSlots" // give Slots, owned by nobody, to the empty primary Node
 	Forget        Kind = "Forget"      // FORGET dead IDs on every server
-	Delete        Kind = "Delete"      // delete the ValkeyNode of Node (its pod follows)
+	// ForgetStrangers forgets IDs of another cluster's servers on every server but Nodes (a
+	// Warning Event names them); Nodes, ours that replicate one of them (Valkey refuses to
+	// forget a node's own primary), are marked Leaving.
+	ForgetStrangers Kind = "ForgetStrangers"
+	Delete          Kind = "Delete" // delete the ValkeyNode of Node (its pod follows)
 )
 
 // Action is the one next step.
 type Action struct {
 	Kind   Kind
 	Node   string                // Replicate, Remove, Delete
-	Nodes  []string              // MarkActive, MarkLeaving, Rebalance (the primaries to drain)
+	Nodes  []string              // MarkActive, MarkLeaving, Rebalance (the primaries to drain), ForgetStrangers
 	Shards []int                 // CreateNodes: one entry per node to create
-	IDs    []string              // Forget, DropSlots
+	IDs    []string              // Forget, DropSlots, ForgetStrangers
 	Slots  []valkeyops.SlotRange // AssignSlots
 	Reason string                // why, for the Event and the log
 	// Warning marks a Wait that needs the user (e.g. an unschedulable pod).
 	Warning bool
+	// DataLost, on a MarkLeaving, is how many nodes went with every copy of the cluster's
+	// data (a total outage): no server left holds a slot. 0 otherwise.
+	DataLost int
 }
 
 // Next plans the one next action. Rules, first match wins:
+//  0. a peer of a server that is no node of this cluster (another cluster's server, met by
+//     hand or through a reused pod IP): ForgetStrangers, before anything acts on the merged
+//     view (a stranger's slots would look like a lost primary's to the rules below);
 //  1. a slot left importing/migrating, or a Leaving primary holding slots: Rebalance;
 //  2. a primary whose pod is being deleted and still answers: Failover to an in-sync replica
 //     (a planned deletion hands its slots over before the server stops);
+//     Then, every live node's pod lost and no copy of any slot left (a total outage):
+//     MarkLeaving them all with DataLost, counting the lost nodes already Leaving too;
 //  3. a Leaving node: Remove it (reachable; replicas first), Forget its ID (gone), then Delete it;
 //  4. a lost pod, or a server whose pod runs but that its peers flag `fail` (hung, frozen):
 //     MarkLeaving, so a replacement is planned and the dead ID forgotten; but a new node
@@ -123,7 +140,9 @@ type Action struct {
 //     the data of its slots is lost);
 //  7. a node not ready yet: Wait (with a warning when unschedulable);
 //  8. slots nobody owns: AssignSlots to the empty primary of a shard without a slot-holding
-//     primary, else to the primary holding the fewest slots;
+//     primary, else to the primary holding the fewest slots; but when no server holds or
+//     knows any slot (every copy is gone), Join: every shard forms at once, each with its
+//     even share, and nothing is moved afterwards;
 //  9. failed IDs that own no slots and belong to no live node: Forget;
 //  10. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
 //  11. a departing shard's primary holding slots, or slots uneven by over 1%: Rebalance;
@@ -136,8 +155,8 @@ type Action struct {
 func Next(o Observed) Action {
 	v := index(o)
 	for _, rule := range []func(view) (Action, bool){
-		resumeMoves, handOver, retireLeaving, dropLost, createMissing, waitFailover, waitStarting,
-		adoptOrphans, forgetDead, joinNew, balance, markDeparting, activateJoined, roll,
+		forgetStrangers, resumeMoves, handOver, loseAll, retireLeaving, dropLost, createMissing, waitFailover,
+		waitStarting, adoptOrphans, forgetDead, joinNew, balance, markDeparting, activateJoined, roll,
 	} {
 		if a, ok := rule(v); ok {
 			return a

@@ -6,8 +6,22 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
-// stale reports whether the node was created from a spec the live one no longer matches.
-func (v view) stale(n *Node) bool { return v.Hash != "" && n.Hash != v.Hash }
+// stale reports whether the node is to be replaced: it was created from a spec the live one
+// no longer matches, or its pod runs on a Kubernetes node going into maintenance. Either way
+// the roll replaces it, replacement first, so a drain finds a shard that no longer needs
+// the pod instead of retrying against its budget (and a shard without replicas, whose budget
+// never lets its pod be evicted, is drained at all).
+// Nothing is replaced while the live configRef does not resolve (Hash ""): a replacement
+// could not be created.
+func (v view) stale(n *Node) bool { return v.Hash != "" && (n.Hash != v.Hash || n.Cordoned) }
+
+// why says why a stale node is replaced.
+func (v view) why(n *Node) string {
+	if n.Hash != v.Hash {
+		return "spec changed"
+	}
+	return "its Kubernetes node is cordoned for maintenance"
+}
 
 // rolling reports whether a kept shard has a stale node.
 func (v view) rolling(shard int) bool {
@@ -99,7 +113,7 @@ func roll(v view) (Action, bool) {
 			if !surged {
 				return v.surge(s, n)
 			}
-			return Action{Kind: MarkLeaving, Nodes: []string{n.Name}, Reason: fmt.Sprintf("rolling shard %d: stale replica %s retires, a synced replacement stands in", s, n.Name)}, true
+			return Action{Kind: MarkLeaving, Nodes: []string{n.Name}, Reason: fmt.Sprintf("rolling shard %d: stale replica %s (%s) retires, a synced replacement stands in", s, n.Name, v.why(n))}, true
 		}
 		if !surged {
 			return v.surge(s, primary)
@@ -108,12 +122,12 @@ func roll(v view) (Action, bool) {
 			continue // cannot happen: rolling(s) found a stale node
 		}
 		if primary.State.Role == valkeyops.RolePrimary {
-			return Action{Kind: Failover, Node: primary.Name, Reason: fmt.Sprintf("rolling shard %d: stale primary %s hands its slots to a synced replacement", s, primary.Name)}, true
+			return Action{Kind: Failover, Node: primary.Name, Reason: fmt.Sprintf("rolling shard %d: stale primary %s (%s) hands its slots to a synced replacement", s, primary.Name, v.why(primary))}, true
 		}
 	}
 	return Action{}, false
 }
 
 func (v view) surge(shard int, stale *Node) (Action, bool) {
-	return Action{Kind: CreateNodes, Shards: []int{shard}, Reason: fmt.Sprintf("rolling shard %d: a replacement for %s (spec changed) is created first", shard, stale.Name)}, true
+	return Action{Kind: CreateNodes, Shards: []int{shard}, Reason: fmt.Sprintf("rolling shard %d: a replacement for %s (%s) is created first", shard, stale.Name, v.why(stale))}, true
 }

@@ -239,7 +239,9 @@ func markDeparting(v view) (Action, bool) {
 func activateJoined(v view) (Action, bool) {
 	var out []*Node
 	for _, n := range v.live {
-		if n.Lifecycle != Active && n.inCluster() {
+		// A lone primary holding every slot is a whole cluster (1x0): it knows nobody else.
+		whole := n.primaryWithSlots() && valkeyops.CountSlots(n.State.Slots) == valkeyops.SlotCount
+		if n.Lifecycle != Active && (n.inCluster() || whole) {
 			out = append(out, n)
 		}
 	}

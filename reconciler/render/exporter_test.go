@@ -45,7 +45,7 @@ func TestExporterSidecar(t *testing.T) {
 				for _, v := range pod.Spec.Volumes {
 					assert.NotEqual(t, "exporter-auth", v.Name)
 				}
-				assert.Equal(t, map[string]string{"team": "x"}, pod.Annotations)
+				assert.Equal(t, map[string]string{"team": "x", render.SafeToEvictAnnotation: "true"}, pod.Annotations)
 				return
 			}
 			require.Len(t, pod.Spec.Containers, 2)

@@ -278,11 +278,18 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 		},
 	}
 
+	// The cluster autoscaler may evict the pod like `kubectl drain` does, through the
+	// shard's budget; a user's own value for the key wins.
+	podAnnotations := map[string]string{SafeToEvictAnnotation: "true"}
+	maps.Copy(podAnnotations, annotations)
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: namespace, Labels: labels, Annotations: maps.Clone(annotations),
+			Name: name, Namespace: namespace, Labels: labels, Annotations: podAnnotations,
 		},
 		Spec: corev1.PodSpec{
+			// Ready only once the server is an in-sync member (the operator sets the
+			// condition), so the shard's budget counts copies of its data.
+			ReadinessGates:               []corev1.PodReadinessGate{{ConditionType: InSyncCondition}},
 			Hostname:                     name,
 			Subdomain:                    ServiceName(s.Cluster),
 			Containers:                   []corev1.Container{container},
@@ -308,9 +315,6 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 	}
 	if s.Exporter {
 		addExporter(pod, s)
-	}
-	if len(pod.Annotations) == 0 {
-		pod.Annotations = nil
 	}
 	return pod
 }

@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 func cluster(p views.Placement, tlsSecret string) views.Cluster {
@@ -57,7 +60,8 @@ func TestPod(t *testing.T) {
 			ctr := pod.Spec.Containers[0]
 
 			assert.Equal(t, map[string]string{"app.kubernetes.io/managed-by": "valkey-operator", "valkey.gomomento.com/cluster": "c1", "valkey.gomomento.com/shard": "2"}, pod.Labels)
-			assert.Equal(t, map[string]string{"team": "x"}, pod.Annotations)
+			assert.Equal(t, map[string]string{"team": "x", "cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}, pod.Annotations)
+			assert.Equal(t, []corev1.PodReadinessGate{{ConditionType: "valkey.gomomento.com/in-sync"}}, pod.Spec.ReadinessGates, "Ready only when in sync")
 			assert.Equal(t, "c1-abcde", pod.Spec.Hostname)
 			assert.Equal(t, "c1", pod.Spec.Subdomain)
 			assert.Equal(t, "valkey/valkey:9.0.0", ctr.Image)
@@ -154,5 +158,48 @@ func TestConfigFile(t *testing.T) {
 			require.True(t, strings.HasPrefix(got, head), got)
 			assert.Equal(t, tc.want, strings.TrimPrefix(got, head))
 		})
+	}
+}
+
+// TestShardBudget: one budget per shard, over that shard's pods only, that keeps every
+// replica's worth of in-sync pods (so never the last in-sync copy goes) and never lets a
+// shard without replicas be evicted at all; pods not in sync may always go.
+func TestShardBudget(t *testing.T) {
+	tests := []struct {
+		replicas int
+		want     int
+	}{
+		{replicas: 0, want: 1},
+		{replicas: 1, want: 1},
+		{replicas: 2, want: 2},
+		{replicas: 5, want: 5},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%d replicas", tc.replicas), func(t *testing.T) {
+			b := render.ShardBudget("c1", "ns1", 3, tc.replicas)
+			require.NotNil(t, b.Name)
+			assert.Equal(t, "c1-shard-3", *b.Name)
+			assert.Equal(t, "ns1", *b.Namespace)
+			assert.Equal(t, map[string]string{"app.kubernetes.io/managed-by": "valkey-operator", "valkey.gomomento.com/cluster": "c1", "valkey.gomomento.com/shard": "3"}, b.Labels)
+			require.NotNil(t, b.Spec)
+			assert.Equal(t, map[string]string{"valkey.gomomento.com/cluster": "c1", "valkey.gomomento.com/shard": "3"}, b.Spec.Selector.MatchLabels,
+				"the shard's pods, whatever else they carry")
+			assert.Equal(t, intstr.FromInt32(int32(tc.want)), *b.Spec.MinAvailable, "an integer: pods of a controller without a scale subresource")
+			assert.Nil(t, b.Spec.MaxUnavailable)
+			assert.Equal(t, policyv1.AlwaysAllow, *b.Spec.UnhealthyPodEvictionPolicy, "a pod not in sync holds no copy the shard relies on")
+		})
+	}
+}
+
+func TestBudgetShard(t *testing.T) {
+	for name, want := range map[string]int{"c1-shard-0": 0, "c1-shard-12": 12, "c1-shard-": -1, "c1-shard-01": -1, "c1-shard--1": -1, "c2-shard-1": -1, "c1-shard-1x": -1} {
+		got, ok := render.BudgetShard("c1", name)
+		if want < 0 {
+			assert.False(t, ok, name)
+			continue
+		}
+		assert.True(t, ok, name)
+		assert.Equal(t, want, got, name)
+		assert.Equal(t, name, render.BudgetName("c1", got), "round trip")
 	}
 }
