@@ -5,6 +5,8 @@
 //	recovery: kind=crash writes-resumed-s=<x> topology-s=<y> lost=<n>
 //	scaleout: ours=<keys/s> valkey-cli=<keys/s> ratio=<ours/valkey-cli>
 //	roll: seconds-per-shard=<x> longest-pause-s=<y> lost=<n>
+//	drain: nodes=<n> data-mib=<m> total-s=<x> longest-drain-s=<y> longest-pause-s=<z> lost=<l>
+//	zone-loss: primaries-lost=<n> writes-resumed-s=<x> lost-replica-acked=<n>
 //
 // recovery: a 3x1 cluster with two writers running through cluster-mode valkey-go clients:
 // internal/loadgen over the whole key space (its acknowledged writes are read back afterwards:
@@ -37,6 +39,9 @@
 // longest gap between two acknowledged writes over the roll; lost counts acknowledged writes
 // not read back.
 //
+// drain and zone-loss: node maintenance and the loss of a zone (see drain.go);
+// -disruption-only runs just these two.
+//
 // With -fleet it runs the fleet scenario instead (see fleet.go; make bench-fleet).
 //
 // Progress goes to stderr, the result lines to stdout. Everything started (dev cluster,
@@ -62,7 +67,7 @@ import (
 var (
 	keys          = flag.Int("keys", 1_000_000, "keys written before the scale-out (both sides)")
 	valueBytes    = flag.Int("value-bytes", 16, "size of each value written before the scale-out")
-	totalTimeout  = flag.Duration("timeout", 20*time.Minute, "bound on the whole run")
+	totalTimeout  = flag.Duration("timeout", 40*time.Minute, "bound on the whole run")
 	healTimeout   = flag.Duration("heal-timeout", 3*time.Minute, "bound on each recovery's convergence")
 	scaleTimeout  = flag.Duration("scale-timeout", 6*time.Minute, "bound on each side's scale-out")
 	pace          = flag.Duration("pace", time.Millisecond, "pause between two writes of each writer")
@@ -145,6 +150,12 @@ func run() error {
 		}
 		return nil
 	}
+	if *disruptionOnly {
+		if err := b.disruptions(ctx); err != nil {
+			return b.explain(err)
+		}
+		return nil
+	}
 	if !*skipRecovery {
 		if err := b.recoveries(ctx); err != nil {
 			return b.explain(err)
@@ -154,6 +165,9 @@ func run() error {
 		if err := b.roll(ctx); err != nil {
 			return b.explain(fmt.Errorf("roll: %w", err))
 		}
+	}
+	if err := b.disruptions(ctx); err != nil {
+		return b.explain(err)
 	}
 	if *skipScaleout {
 		return nil
