@@ -10,6 +10,7 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
+	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
@@ -106,4 +107,45 @@ func sumDBSize(ctx context.Context, view []valkeyops.ClusterNode, password strin
 		total += k
 	}
 	return total, nil
+}
+
+// operatorClient talks to one server as the operator's user.
+func operatorClient(ip, operatorPw string) (valkey.Client, error) {
+	return valkey.NewClient(valkey.ClientOption{InitAddress: []string{net.JoinHostPort(ip, "6379")}, Username: valkeyops.OperatorUser,
+		Password: operatorPw, ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: 2 * time.Second}})
+}
+
+// serverRole is ROLE's first element: master or slave.
+func serverRole(ctx context.Context, ip, operatorPw string) (string, error) {
+	c, err := operatorClient(ip, operatorPw)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	role, err := c.Do(ctx, c.B().Role().Build()).ToArray()
+	if err != nil || len(role) == 0 {
+		return "", fmt.Errorf("ROLE on %s: %v", ip, err)
+	}
+	return role[0].ToString()
+}
+
+// failoverTo runs CLUSTER FAILOVER on the replica at ip and waits until it is primary.
+func failoverTo(ctx context.Context, ip, operatorPw string) error {
+	c, err := operatorClient(ip, operatorPw)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err = c.Do(fctx, c.B().ClusterFailover().Build()).Error()
+	cancel()
+	if err != nil {
+		return err
+	}
+	return poll.Until(ctx, 100*time.Millisecond, 30*time.Second, ip+" primary", func(ctx context.Context) (bool, string, error) {
+		role, err := serverRole(ctx, ip, operatorPw)
+		return err == nil && role == "master", role, nil
+	})
 }
