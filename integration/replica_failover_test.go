@@ -330,3 +330,48 @@ func without(nodes []valkeyops.Node, name string) []valkeyops.Node {
 	}
 	return out
 }
+
+// TestReplicateReturnsWhileSyncing: Replicate returns once the new replica's initial sync is
+// under way, not when it ends (a sync of minutes must not hold the caller), and the replica
+// then completes it by itself: link up, every key there.
+func TestReplicateReturnsWhileSyncing(t *testing.T) {
+	f := newFixture(t, harness.Config{}, 3, 1, valkeyops.Options{})
+	ctx := ctxT(t, 3*time.Minute)
+	require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
+	snap := waitHealthy(t, f, f.nodes, 3, 0, 30*time.Second)
+	fill(t, dataClient(t, f.nodes), "s:", 9_000)
+	var primary *valkeyops.NodeState
+	for _, p := range snap.Primaries() {
+		if p.Shard == 0 {
+			primary = p
+		}
+	}
+	require.NotNil(t, primary)
+	snap, err := f.admin.Observe(ctx, f.nodes)
+	require.NoError(t, err)
+	keys := snap.ByName(primary.Name).Keys
+	require.Greater(t, keys, int64(2_000))
+	// The primary's sync child now spends 2 ms on each key: about 6 s for its ~3,000.
+	require.NoError(t, operatorDo(t, primary.Node, operatorPassword, "CONFIG", "SET", "rdb-key-save-delay", "2000").Error())
+
+	added, err := f.env.StartNode(ctx, 0)
+	require.NoError(t, err)
+	nodes := append(f.nodes, added)
+	start := time.Now()
+	require.NoError(t, f.admin.Replicate(ctx, nodes, added.Name, 0))
+	returned := time.Since(start)
+	snap, err = f.admin.Observe(ctx, nodes)
+	require.NoError(t, err)
+	st := snap.ByName(added.Name)
+	assert.Equal(t, valkeyops.RoleReplica, st.Role)
+	assert.Equal(t, primary.ID, st.PrimaryID)
+	assert.True(t, st.SyncInProgress, "Replicate returned (after %s) with the sync still under way", returned)
+	assert.NotEqual(t, "up", st.LinkState, "the link is up only once the sync is done")
+
+	require.NoError(t, operatorDo(t, primary.Node, operatorPassword, "CONFIG", "SET", "rdb-key-save-delay", "0").Error())
+	snap = waitHealthy(t, f, nodes, 3, 0, time.Minute)
+	require.Eventually(t, func() bool {
+		s, err := f.admin.Observe(ctx, nodes)
+		return err == nil && s.ByName(added.Name).LinkState == "up" && !s.ByName(added.Name).SyncInProgress && s.ByName(added.Name).Keys == keys
+	}, time.Minute, 50*time.Millisecond, "the replica finishes its sync by itself with all %d keys", keys)
+}

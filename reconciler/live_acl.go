@@ -240,7 +240,12 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 	}
 	actx, cancel := context.WithTimeout(ctx, observeTimeout)
 	defer cancel()
-	held, err := p.valkey.ReadAuth(actx, p.members)
+	rctx, end := r.beginReads(actx, p)
+	held, err := readAuth(rctx, p)
+	end()
+	if interrupted(rctx) {
+		return r.cutShort(p)
+	}
 	if err != nil {
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
@@ -366,4 +371,32 @@ func (l *loginMemory) forget(key types.NamespacedName) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.m, key)
+}
+
+// readAuth reads the users and replication login of every member this pass's observation
+// reached. A member it did not reach is reported as unread without being dialled again: when
+// a zone goes dark, its servers' connections hang until a deadline, and a second wait on
+// them here would hold the pass that fails their slots over.
+func readAuth(ctx context.Context, p *pass) ([]valkeyops.AuthState, error) {
+	var reached []valkeyops.Node
+	var unread []valkeyops.AuthState
+	for _, n := range p.members {
+		var st *valkeyops.NodeState
+		if p.snapshot != nil {
+			st = p.snapshot.ByName(n.Name)
+		}
+		switch {
+		case p.snapshot == nil || st != nil && st.Reachable:
+			reached = append(reached, n)
+		case st != nil && st.Err != nil:
+			unread = append(unread, valkeyops.AuthState{Node: n, Err: st.Err})
+		default:
+			unread = append(unread, valkeyops.AuthState{Node: n, Err: valkeyops.ErrUnreachable})
+		}
+	}
+	held, err := p.valkey.ReadAuth(ctx, reached)
+	if err != nil {
+		return nil, err
+	}
+	return append(held, unread...), nil
 }

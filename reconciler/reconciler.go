@@ -138,6 +138,8 @@ type Reconciler struct {
 	// credChecks remembers which clusters' servers were found holding the wanted
 	// credentials, so idle passes need not read them again (credcheck.go).
 	credChecks credentialChecks
+	// reads lets a pod event cut short a pass's reads of its servers (interrupt.go).
+	reads serverReads
 }
 
 // New returns a Reconciler reading through c (the manager's cache-backed client) and

@@ -131,9 +131,14 @@ func (r *Reconciler) connect(ctx context.Context, p *pass) *outcome {
 // records each reachable server's ID, role and pod IP on its ValkeyNode, writing only what
 // changed.
 func (r *Reconciler) observe(ctx context.Context, p *pass) *outcome {
-	octx, cancel := context.WithTimeout(ctx, observeTimeout)
+	rctx, end := r.beginReads(ctx, p)
+	defer end()
+	octx, cancel := context.WithTimeout(rctx, observeTimeout)
 	defer cancel()
 	snap, err := p.valkey.Observe(octx, p.members)
+	if interrupted(rctx) {
+		return r.cutShort(p)
+	}
 	if err != nil {
 		r.warn(p, ReasonObserveFailed, "Observe", "observing the cluster failed: "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
@@ -152,4 +157,11 @@ func (r *Reconciler) observe(ctx context.Context, p *pass) *outcome {
 		}
 	}
 	return nil
+}
+
+// cutShort ends a pass whose reads a server's exit interrupted (interrupt.go): the next pass
+// plans from the cache that shows the exit.
+func (r *Reconciler) cutShort(p *pass) *outcome {
+	p.log.V(1).Info("reads cut short", "reason", errServerExited)
+	return done(ctrl.Result{RequeueAfter: nextActionDelay}, nil)
 }

@@ -214,7 +214,11 @@ func (a *Admin) Forget(ctx context.Context, nodes []Node, ids []string) error {
 
 // Replicate makes node `replicaName` a replica of the primary of shard `shard` (the shard's
 // slot-holding primary in the live cluster, whatever its name), MEETing it first if it is not
-// in the cluster yet, and waits until its replication link is up. The node must own no slots.
+// in the cluster yet, and waits until it has started replicating: its link is up, or its
+// initial sync is under way. It does not wait for that sync to end: with a large dataset a
+// full sync takes minutes, and a caller that held on to it could not act on anything else
+// meanwhile (a primary handing its slots over as its pod goes). The caller watches the sync
+// through NodeState.SyncInProgress and LinkState. The node must own no slots.
 func (a *Admin) Replicate(ctx context.Context, nodes []Node, replicaName string, shard int) error {
 	snap, err := a.Observe(ctx, nodes)
 	if err != nil {
@@ -246,7 +250,7 @@ func (a *Admin) Replicate(ctx context.Context, nodes []Node, replicaName string,
 	}
 	return a.waitFor(ctx, "replicate-link", formTimeout, func() (bool, error) {
 		st := a.observeOne(ctx, r.Node)
-		if st.Role == RoleReplica && st.PrimaryID == p.ID && st.LinkState == "up" {
+		if st.Role == RoleReplica && st.PrimaryID == p.ID && (st.LinkState == "up" || st.SyncInProgress) {
 			return true, nil
 		}
 		return false, fmt.Errorf("%s role=%s link=%s", replicaName, st.Role, st.LinkState)

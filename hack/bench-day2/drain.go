@@ -48,9 +48,10 @@ import (
 // cluster converged again in the two surviving zones.
 
 var (
-	disruptionOnly = flag.Bool("disruption-only", false, "run only the drain and zone-loss scenarios")
+	disruptionOnly = flag.Bool("disruption-only", false, "run only the drain, zone-loss and outage scenarios")
 	skipDrain      = flag.Bool("skip-drain", false, "skip the rolling drain of every node")
 	skipZoneLoss   = flag.Bool("skip-zone-loss", false, "skip the zone loss")
+	skipOutage     = flag.Bool("skip-outage", false, "skip the total outage (every pod deleted)")
 	drainMiB       = flag.Int("drain-mib", 1024, "MiB of data in the drained cluster")
 	drainTimeout   = flag.Duration("drain-timeout", 5*time.Minute, "bound on each node's `kubectl drain`")
 )
@@ -61,7 +62,7 @@ const largeConfig = "standard-large"
 // drainValue is the size of each fill value.
 const drainValue = 64 << 10
 
-// disruptions runs the drain and zone-loss scenarios the flags leave in.
+// disruptions runs the drain, zone-loss and outage scenarios the flags leave in.
 func (b *bench) disruptions(ctx context.Context) error {
 	if !*skipDrain {
 		if err := b.drain(ctx); err != nil {
@@ -71,6 +72,11 @@ func (b *bench) disruptions(ctx context.Context) error {
 	if !*skipZoneLoss {
 		if err := b.zoneLoss(ctx); err != nil {
 			return fmt.Errorf("zone-loss: %w", err)
+		}
+	}
+	if !*skipOutage {
+		if err := b.outage(ctx); err != nil {
+			return fmt.Errorf("outage: %w", err)
 		}
 	}
 	return nil

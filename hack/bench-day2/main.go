@@ -7,6 +7,7 @@
 //	roll: seconds-per-shard=<x> longest-pause-s=<y> lost=<n>
 //	drain: nodes=<n> data-mib=<m> total-s=<x> longest-drain-s=<y> longest-pause-s=<z> lost=<l>
 //	zone-loss: primaries-lost=<n> writes-resumed-s=<x> lost-replica-acked=<n>
+//	outage: shards=3 replicas=1 recovered-s=<x> converged-s=<y> warning=<message>
 //
 // recovery: a 3x1 cluster with two writers running through cluster-mode valkey-go clients:
 // internal/loadgen over the whole key space (its acknowledged writes are read back afterwards:
@@ -39,8 +40,8 @@
 // longest gap between two acknowledged writes over the roll; lost counts acknowledged writes
 // not read back.
 //
-// drain and zone-loss: node maintenance and the loss of a zone (see drain.go);
-// -disruption-only runs just these two.
+// drain, zone-loss and outage: node maintenance, the loss of a zone and of every pod at once
+// (see drain.go, zoneloss.go, outage.go); -disruption-only runs just these three.
 //
 // With -fleet it runs the fleet scenario instead (see fleet.go; make bench-fleet).
 //

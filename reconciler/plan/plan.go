@@ -145,6 +145,7 @@ type Action struct {
 //     even share, and nothing is moved afterwards;
 //  9. failed IDs that own no slots and belong to no live node: Forget;
 //  10. new shards not joined yet: Join; a node of a formed shard not following its primary: Replicate;
+//     a replica still loading its initial sync: Wait (the sync is watched, never held);
 //  11. a departing shard's primary holding slots, or slots uneven by over 1%: Rebalance;
 //  12. departing shards and surplus replicas (never a slot-holding primary): MarkLeaving;
 //  13. joined nodes not Active yet: MarkActive;

@@ -24,6 +24,7 @@ type srv struct {
 	id        string // default "id-"+name
 	recorded  string // status.nodeID; default id, "-" for never observed
 	linkDown  bool
+	syncing   bool // a replica loading its initial sync (its link is down meanwhile)
 	importing bool
 	unsched   string
 	answers   bool          // with pod PodLost: the server still answers while its pod is deleted
@@ -122,9 +123,10 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 			st.Role, st.LinkState, st.ReplOffset, st.Keys = valkeyops.RolePrimary, "up", 1000, s.keys
 			if s.of != "" {
 				st.Role, st.PrimaryID, st.ReplOffset = valkeyops.RoleReplica, self.PrimaryID, 1000-s.lag
-				if s.linkDown {
+				if s.linkDown || s.syncing {
 					st.LinkState = "down"
 				}
+				st.SyncInProgress = s.syncing
 			}
 			n.State = st
 		}
@@ -285,6 +287,23 @@ func TestNext(t *testing.T) {
 				return s
 			}))
 		}, plan.Action{Kind: plan.MarkActive, Nodes: []string{"c0"}}},
+		{"a replica loading its initial sync is watched, not attached again", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].syncing = true; return s }))
+		}, plan.Action{Kind: plan.Wait}},
+		{"a replica loading its sync does not hold up attaching another", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[1].syncing = true
+				s[3] = srv{name: "c1", shard: 1, life: plan.Joining, alone: true}
+				return s
+			}))
+		}, plan.Action{Kind: plan.Replicate, Node: "c1"}},
+		{"a primary being deleted hands over while another shard's replica syncs", func(t *testing.T) plan.Observed {
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[1].syncing = true
+				s[2].pod, s[2].answers = plan.PodLost, true
+				return s
+			}))
+		}, plan.Action{Kind: plan.Failover, Node: "a1"}},
 		{"replica whose link is down is re-attached", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].linkDown = true; return s }))
 		}, plan.Action{Kind: plan.Replicate, Node: "b0"}},

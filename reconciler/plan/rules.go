@@ -137,6 +137,7 @@ func (v view) joined(shard int) bool {
 }
 
 func joinNew(v view) (Action, bool) {
+	var syncing, syncingWith *Node
 	for s := 0; s < v.Shards; s++ {
 		if v.primaryOf(s) == nil && !v.joined(s) {
 			return Action{Kind: Join, Reason: fmt.Sprintf("shard %d joins the cluster", s)}, true
@@ -153,9 +154,22 @@ func joinNew(v view) (Action, bool) {
 			// slots another node serves. It is replaced.
 			return Action{Kind: MarkLeaving, Nodes: []string{n.Name}, Reason: fmt.Sprintf("%s holds %d keys of slots it no longer serves and cannot become a replica; a replacement follows", n.Name, n.State.Keys)}, true
 		}
-		if !n.inCluster() || n.State.Role != valkeyops.RoleReplica || n.State.PrimaryID != p.State.ID || n.State.LinkState != "up" {
+		switch {
+		case !n.inCluster() || n.State.Role != valkeyops.RoleReplica || n.State.PrimaryID != p.State.ID:
+			return Action{Kind: Replicate, Node: n.Name, Reason: fmt.Sprintf("%s joins shard %d as a replica", n.Name, n.Shard)}, true
+		case n.State.SyncInProgress:
+			// Replicate returns once the sync starts: it is watched from here, pass by
+			// pass, so that a sync of minutes holds no pass (a primary whose pod goes
+			// meanwhile must still hand its slots over, rule 2).
+			if syncing == nil {
+				syncing, syncingWith = n, p
+			}
+		case n.State.LinkState != "up":
 			return Action{Kind: Replicate, Node: n.Name, Reason: fmt.Sprintf("%s joins shard %d as a replica", n.Name, n.Shard)}, true
 		}
+	}
+	if syncing != nil {
+		return Action{Kind: Wait, Reason: fmt.Sprintf("%s is loading its initial sync from %s", syncing.Name, syncingWith.Name)}, true
 	}
 	return Action{}, false
 }
