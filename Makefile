@@ -21,9 +21,11 @@ BASE_IMAGE ?= scratch
 	unit envtest integration e2e test bench bench-day2 bench-fleet dev dev-down clean
 
 # Test tiers. Untagged test files are unit tests: pure functions, planners, renderers; no API
-# server, no Docker. A test file that needs a real kube-apiserver, or the dev cluster (its
-# control plane and Docker), starts with `//go:build envtest`; ENVTEST_PKGS lists the
-# packages holding such files. integration/ and e2e/ are tiers of their own.
+# server, no Docker; `go test ./...` runs exactly them. A test file that needs a real
+# kube-apiserver, or the dev cluster (its control plane and Docker), starts with
+# `//go:build envtest`; ENVTEST_PKGS lists the packages holding such files. integration/'s
+# test files start with `//go:build integration` (Valkey containers) and e2e/'s with
+# `//go:build e2e` (the dev cluster and the operator): tiers of their own.
 ENVTEST_PKGS = $(shell git ls-files -co --exclude-standard '*_test.go' | xargs -r grep -l '^//go:build envtest$$' 2>/dev/null \
 	| xargs -r -n1 dirname | sort -u | sed 's|^|./|')
 
@@ -52,17 +54,17 @@ valkey-tools:
 
 prerequisites: controlplane valkey-image valkey-tools
 
-## lint: gofmt and go vet (with the envtest tag, so tagged test files are vetted too)
+## lint: gofmt and go vet (with every tier's tag, so tagged test files are vetted too)
 lint:
 	@files=(); while IFS= read -r f; do [[ -e $$f ]] && files+=("$$f"); done \
 		< <(git ls-files -co --exclude-standard '*.go'); \
 	bad=$$(gofmt -l "$${files[@]}"); \
 	if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
-	go vet -tags envtest ./...
+	go vet -tags envtest,integration,e2e ./...
 
 ## unit: the untagged tests: no control plane, no Docker, no Valkey
 unit:
-	$(GO_TEST) -timeout 5m $$(go list ./... | grep -v -e /integration -e /e2e)
+	$(GO_TEST) -timeout 5m ./...
 
 ## envtest: tests tagged envtest: CRDs, manager and reconciler on a real kube-apiserver,
 ## and the dev cluster's own tests (its control plane and Docker pods)
@@ -71,11 +73,11 @@ envtest: controlplane valkey-image
 
 ## integration: valkeyops against real Valkey containers (no Kubernetes)
 integration: valkey-image valkey-tools
-	$(GO_TEST) -timeout 30m ./integration/...
+	$(GO_TEST) -tags integration -timeout 30m ./integration/...
 
 ## e2e: the dev cluster driven by the real kubectl (one test installs the operator's image from deploy/)
 e2e: prerequisites build image
-	$(GO_TEST) -timeout 30m ./e2e/...
+	$(GO_TEST) -tags e2e -timeout 30m ./e2e/...
 
 ## test: every tier
 test: lint prerequisites

@@ -157,6 +157,8 @@ func TestOnRealAPIServer(t *testing.T) {
 		assert.Contains(t, err.Error(), "ValkeyNode spec is fixed at creation")
 	})
 
+	// The printer columns of docs/status.md (the "seed" of this subtest's name is the status
+	// document they were first specified in, which docs/status.md replaces).
 	t.Run("kubectl prints the seed's columns", func(t *testing.T) {
 		dyn, err := dynamic.NewForConfig(env.Config)
 		require.NoError(t, err)

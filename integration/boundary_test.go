@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration
 
 import (
@@ -18,8 +20,8 @@ import (
 // TestReconcilerBoundaryFormsRealCluster drives real Valkey containers through the
 // reconciler's production boundary exactly as a Creating pass does: the ACL file rendered
 // from the reconciler's ACL input, one Connect with the operator's credentials, Bootstrap
-// from shard-grouped nodes, then Observe until valkeyops.Health finds the seed's Active
-// criteria met.
+// from shard-grouped nodes, then Observe until valkeyops.Health finds the Active criteria
+// of docs/status.md met.
 func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
 	t.Parallel()
 	for _, image := range []string{harness.Image(), harness.Image9()} {

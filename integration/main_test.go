@@ -1,3 +1,5 @@
+//go:build integration
+
 // Package integration proves valkeyops against real Valkey containers (testcontainers-go on a
 // user-defined Docker network, no Kubernetes). Without Docker or the local images the suite
 // skips with the reason.

@@ -21,11 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The Active phase (SPEC §4: all day-2 work happens while the cluster reports Active). Each
-// pass observes the ValkeyNodes, their pods and every ready server's own view (read-only),
-// asks plan.Next for the one next action against the live spec, performs it, and records it
-// as an Event. A converged cluster is observed again after ActivePeriod, or at once on any
-// pod or node event; it causes no API write and no Valkey write command.
+// The Active phase (docs/day2.md: all day-2 work happens while the cluster reports Active).
+// Each pass observes the ValkeyNodes, their pods and every ready server's own view (read-only),
+// asks plan.Next for the one next action against the live spec, performs it, and records it as
+// an Event. A converged cluster is observed again after ActivePeriod, or at once on any pod or
+// node event; it causes no API write and no Valkey write command.
 
 // Bounds on one pass's work with the servers: a server that stops answering must not hold a
 // worker (and with it other clusters) for longer. An action cut short is planned again.
@@ -338,9 +338,9 @@ func (r *Reconciler) ensureActivePods(ctx context.Context, p *pass) *outcome {
 	return r.applied(p, "NodeConfigMap", r.createPods(ctx, p, joining))
 }
 
-// ensurePodAnnotations brings the cluster's podAnnotations onto every live pod in place:
-// new and changed keys, one merge patch per pod that lacks some, no restart. A removed key
-// stays until the pod is replaced (SPEC §4): the operator cannot tell a key it set from one
+// ensurePodAnnotations brings the cluster's podAnnotations onto every live pod in place: new
+// and changed keys, one merge patch per pod that lacks some, no restart. A removed key stays
+// until the pod is replaced (docs/day2.md): the operator cannot tell a key it set from one
 // someone else added.
 func (r *Reconciler) ensurePodAnnotations(ctx context.Context, p *pass) *outcome {
 	want := p.cluster.PodAnnotations()

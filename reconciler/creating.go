@@ -101,10 +101,10 @@ func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
 	return nil
 }
 
-// passFormed lets a previously formed cluster (every node Active) that re-enters Creating
-// pass through as a no-op, as the seed says: it goes straight back to Active, where the
-// Active phase heals whatever changed meanwhile (a bootstrap would not: it cannot tell a
-// lost node from one never created).
+// passFormed lets a previously formed cluster (every node Active) that re-enters Creating pass
+// through as a no-op, as docs/status.md says: it goes straight back to Active, where the Active
+// phase heals whatever changed meanwhile (a bootstrap would not: it cannot tell a lost node
+// from one never created).
 func (r *Reconciler) passFormed(ctx context.Context, p *pass) *outcome {
 	if !p.formed {
 		return nil
@@ -113,8 +113,8 @@ func (r *Reconciler) passFormed(ctx context.Context, p *pass) *outcome {
 }
 
 // ensureNodes creates the ValkeyNodes the snapshot topology still lacks. Each node's spec is
-// fixed here, from the live resolution and placement (seed: a live edit shapes only nodes
-// not created yet).
+// fixed here, from the live resolution and placement (docs/status.md: a live edit shapes
+// only nodes not created yet).
 func (r *Reconciler) ensureNodes(ctx context.Context, p *pass) *outcome {
 	t := p.target()
 	perShard := map[int]int{}
@@ -335,7 +335,7 @@ func podReady(pod *corev1.Pod) bool {
 }
 
 // formCluster runs valkeyops' idempotent bootstrap from the snapshot topology and then
-// observes it against the seed's Active criteria.
+// observes it against the Active criteria of docs/status.md.
 func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
 	t := p.target()
 	if err := p.valkey.Bootstrap(ctx, p.members, t.Shards); err != nil {

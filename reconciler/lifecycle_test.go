@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// TestCreatingToActive walks a new cluster through the seed's bootstrap: Creating with the
-// targetSpec snapshot while pods are not running yet, then Active with targetSpec cleared
-// and every ValkeyNode Active with pod IP, node ID and role.
+// TestCreatingToActive walks a new cluster through the bootstrap of docs/status.md: Creating
+// with the targetSpec snapshot while pods are not running yet, then Active with targetSpec
+// cleared and every ValkeyNode Active with pod IP, node ID and role.
 func TestCreatingToActive(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)

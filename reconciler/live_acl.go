@@ -17,11 +17,11 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
-// Live credentials (SPEC §3–§4: ACL edits reach every node without a restart; the auth
-// Secret's passwords can be rotated). Every Active pass reads what each ready server holds —
-// its ACL users and its replication login — and changes a server only where that differs
-// from what it should hold, so a converged cluster gets no Valkey write and no API write.
-// Servers are changed live (ACL SETUSER / DELUSER, CONFIG SET masterauth), never by ACL
+// Live credentials (docs/users-and-passwords.md: ACL edits reach every node without a restart;
+// the auth Secret's passwords can be rotated). Every Active pass reads what each ready server
+// holds — its ACL users and its replication login — and changes a server only where that
+// differs from what it should hold, so a converged cluster gets no Valkey write and no API
+// write. Servers are changed live (ACL SETUSER / DELUSER, CONFIG SET masterauth), never by ACL
 // LOAD: the mounted ACL file (the ConfigMap ensureACL keeps) is only what a server started
 // later reads, and it already says the same.
 //

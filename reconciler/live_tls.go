@@ -17,15 +17,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// Live certificate rotation (SPEC §4, TLS Secret rotation). Valkey reads its certificate, key
-// and CA files only when their settings are set, and a pod sees a changed Secret only once its
-// kubelet has refreshed the volume: about a second on the dev cluster, up to a minute or so on
-// a real one. Reloading as soon as the Secret changes would usually reload the old files, and
-// waiting a fixed minute would be slow where the refresh is quick. So every Active pass
-// compares the certificate each node actually serves (a TLS handshake: a read, no command)
-// with tls.crt of the validated Secret. A node serving another one is told to reload and
-// checked again at once: serving the new certificate, it is done (a Secret volume changes all
-// its files in one atomic swap, so the key and CA it loaded are the new ones too); still
+// Live certificate rotation (docs/tls.md, re-issuing a certificate). Valkey reads its
+// certificate, key and CA files only when their settings are set, and a pod sees a changed
+// Secret only once its kubelet has refreshed the volume: about a second on the dev cluster, up
+// to a minute or so on a real one. Reloading as soon as the Secret changes would usually reload
+// the old files, and waiting a fixed minute would be slow where the refresh is quick. So every
+// Active pass compares the certificate each node actually serves (a TLS handshake: a read, no
+// command) with tls.crt of the validated Secret. A node serving another one is told to reload
+// and checked again at once: serving the new certificate, it is done (a Secret volume changes
+// all its files in one atomic swap, so the key and CA it loaded are the new ones too); still
 // serving the old one, its files have not been refreshed yet, and the reload is retried soon
 // (certRetry), with no Warning unless that lasts longer than a kubelet may take.
 //

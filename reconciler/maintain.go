@@ -15,8 +15,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// The maintenance steps keep the objects every cluster owns in shape, in every state (the
-// seed requires them even while Invalid). Each is one server-side apply of what the operator
+// The maintenance steps keep the objects every cluster owns in shape, in every state
+// (docs/status.md: even while Invalid). Each is one server-side apply of what the operator
 // owns, sent only when that differs from what the API server holds.
 
 // ensureService keeps the headless Service.

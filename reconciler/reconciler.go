@@ -1,12 +1,12 @@
-// Package reconciler drives the ValkeyCluster lifecycle (SPEC §3–§5, the seed's status
-// semantics) over unstructured objects. A reconcile is an ordered list of steps; each step
-// either lets the pass continue or ends it with a result. The files follow the phases:
-// this one is the step engine; events.go the Event de-duplication; state.go the TLS check,
-// the seed's state gate and status writes; maintain.go and apply.go the owned objects kept in
-// every state; members.go the ValkeyNodes and pods of a pass; creating.go the bootstrap;
-// active.go the day-2 phase, whose next action the pure planner in plan/ decides; live_acl.go
-// the live ACL and password rotation of the Active phase; valkey.go the one boundary with the
-// Valkey servers.
+// Package reconciler drives the ValkeyCluster lifecycle (the states and messages of
+// docs/status.md, the day-2 work of docs/day2.md) over unstructured objects. A reconcile is an
+// ordered list of steps; each step either lets the pass continue or ends it with a result. The
+// files follow the phases: this one is the step engine; events.go the Event de-duplication;
+// state.go the TLS check, the state gate (docs/status.md) and status writes; maintain.go and
+// apply.go the owned objects kept in every state; members.go the ValkeyNodes and pods of a
+// pass; creating.go the bootstrap; active.go the day-2 phase, whose next action the pure
+// planner in plan/ decides; live_acl.go the live ACL and password rotation of the Active phase;
+// valkey.go the one boundary with the Valkey servers.
 package reconciler
 
 import (
@@ -247,10 +247,10 @@ type step struct {
 	run    func(context.Context, *pass) *outcome
 }
 
-// steps is the ordered reconcile. Maintenance steps run in every state (the seed requires
-// Service, auth Secret and ACL ConfigMap to be maintained even while Invalid); the state
-// gate then settles the state (ending the pass for Invalid) and the remaining steps run
-// only in the state they belong to.
+// steps is the ordered reconcile. Maintenance steps run in every state (docs/status.md: the
+// Service, auth Secret and ACL ConfigMap are maintained even while Invalid); the state gate
+// then settles the state (ending the pass for Invalid) and the remaining steps run only in the
+// state they belong to.
 func (r *Reconciler) steps() []step {
 	creating := []string{views.StateCreating}
 	active := []string{views.StateActive}

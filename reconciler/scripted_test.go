@@ -1750,9 +1750,9 @@ func (m *valkeyModel) inCluster() []string {
 	return out
 }
 
-// health judges the servers of the given ValkeyNodes with valkeyops.Health, the seed's Active
-// criteria, and adds what Health does not check: every slot's keys on its owner and the
-// slot-holding primaries balanced within 1%.
+// health judges the servers of the given ValkeyNodes with valkeyops.Health, the Active criteria
+// of docs/status.md, and adds what Health does not check: every slot's keys on its owner and
+// the slot-holding primaries balanced within 1%.
 func (m *valkeyModel) health(names []string, shards, replicas int) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()

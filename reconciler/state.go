@@ -50,9 +50,10 @@ func (r *Reconciler) validateTLS(ctx context.Context, p *pass) *outcome {
 	return nil
 }
 
-// stateGate applies the seed's state machine. Invalid wins in any state; a passing check
-// moves Invalid to Creating with the message cleared; Creating always carries a targetSpec
-// snapshot. Active (and Updating, treated as Active) continues with the Active phase.
+// stateGate applies the state machine of docs/status.md. Invalid wins in any state; a passing
+// check moves Invalid to Creating with the message cleared; Creating always carries a
+// targetSpec snapshot. Active (and Updating, treated as Active) continues with the Active
+// phase.
 func (r *Reconciler) stateGate(ctx context.Context, p *pass) *outcome {
 	have := p.cluster.Status()
 	if p.tlsInvalid != "" {

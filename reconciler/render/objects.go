@@ -16,7 +16,8 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 )
 
-// Label keys and values on every owned object (SPEC §3).
+// Label keys and values on every owned object (Labels); ValkeyNodes and their pods also
+// carry LabelShard (NodeLabels).
 const (
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "valkey-operator"

@@ -1,7 +1,8 @@
 // Package tlscheck validates a ValkeyCluster's TLS Secret. Its messages are part of the
-// user-facing contract (SPEC §4): they are written verbatim into status.message, so every
-// failure is an *InvalidError whose Error() is exactly that message, and the checks run in
-// the documented order so the first failure reported is always the same one.
+// user-facing contract (docs/status.md lists them): they are written verbatim into
+// status.message, so every failure is an *InvalidError whose Error() is exactly that message,
+// and the checks run in the documented order so the first failure reported is always the same
+// one.
 package tlscheck
 
 import (

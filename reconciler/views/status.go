@@ -1,6 +1,6 @@
 package views
 
-// Cluster states, serialized exactly as the seed shows them.
+// Cluster states, serialized exactly as docs/status.md shows them.
 const (
 	StateCreating = "Creating"
 	StateActive   = "Active"
@@ -34,7 +34,7 @@ type clusterStatus struct {
 func (c Cluster) Status() Status { return decode[clusterStatus](c.U, statusKey).Status }
 
 // EffectiveState maps the stored state to the one the operator acts on: a status never
-// written is Creating, and the reserved Updating is treated as Active (seed semantics).
+// written is Creating, and the reserved Updating is treated as Active (docs/status.md).
 func (c Cluster) EffectiveState() string {
 	switch s := c.Status().State; s {
 	case "":
