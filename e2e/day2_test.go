@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -257,10 +259,25 @@ type day2Writer struct {
 	reader func() valkey.Client
 }
 
-// finishDay2 stops the writer and the watch and checks the pass criteria.
+// finishDay2 checks that the writer is still being acknowledged once the operation is done
+// (a cluster that converged but stopped serving writes fails here, not only one that lost
+// them), stops it and the watch, and checks the pass criteria.
 func finishDay2(t *testing.T, w *day2Writer, watch *stateWatch, what string) {
 	t.Helper()
+	assert.True(t, w.keepsAcknowledging(30*time.Second), "writes are still acknowledged after %s", what)
 	finishDay2Stopped(t, w, w.Stop(), watch, what)
+}
+
+// keepsAcknowledging polls, up to within, until the writer has 100 more acknowledged writes
+// than when it was called.
+func (w *day2Writer) keepsAcknowledging(within time.Duration) bool {
+	from := w.Acked()
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if w.Acked() >= from+100 {
+			return true
+		}
+	}
+	return w.Acked() >= from+100
 }
 
 // finishDay2Stopped is finishDay2 for a writer already stopped with res.

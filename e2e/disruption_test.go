@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -150,6 +152,7 @@ func drainScenario(t *testing.T, prefix, cluster string, shards, replicas, mib i
 	}
 	n.waitConverged(cluster, shards*(1+replicas), 3*time.Minute)
 	n.requireBudgets(cluster, shards, replicas)
+	assert.True(t, w.keepsAcknowledging(30*time.Second), "writes are still acknowledged after the drains")
 	res := w.Stop()
 	t.Logf("e2e: drain: nodes=%d data-mib=%d total-s=%.1f longest-drain-s=%.1f longest-pause-s=%.3f",
 		len(strings.Fields(n.kubectl("get", "nodes", "-o", "name"))), mib, total.Seconds(), longest.Seconds(), res.MaxPause.Seconds())

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -90,8 +92,8 @@ func TestInClusterInstall(t *testing.T) {
 		return ok && v == 1, fmt.Sprintf("valkey_cluster_state Active=%v (found %v)", v, ok), nil
 	})
 
-	// Hand-over: a deleted leader pod releases the Lease on its way out; the other replica
-	// takes it and does the next piece of work.
+	// Hand-over: a deleted leader pod releases the Lease on its way out; another pod of the
+	// install takes it and does the next piece of work.
 	deleted := time.Now()
 	out2, err = kubectlRun("", "delete", "pod", leader, "-n", operatorNamespace, "--wait=false")
 	require.NoError(t, err, out2)

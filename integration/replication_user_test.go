@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration
 
 import (
@@ -18,8 +20,10 @@ import (
 // replicate (every replica's link is up and it holds the primary's writes). Whoever holds
 // that password can run nothing but replication: no data, no configuration (so no reading
 // of masterauth), no ACL, no cluster change. On 9.1, where the spec grants it CLUSTER
-// SYNCSLOTS, atomic slot migrations succeed with it: no move falls back to MIGRATE (without
-// the grant every one fails at once and falls back).
+// SYNCSLOTS and the write commands an atomic migration's target runs as this user, atomic
+// slot migrations of slots holding keys succeed with it: no move falls back to MIGRATE, and
+// every key is read back. There it may write keys (SET) but still not read them (GET, KEYS),
+// flush, configure or reshape anything.
 func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 	for _, img := range rotationImages {
 		t.Run(img.name, func(t *testing.T) {
@@ -66,7 +70,6 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 			require.NoError(t, do("PING"), "the replication user logs in")
 			forbidden := [][]string{
 				{"GET", "{a}k"},
-				{"SET", "{a}k", "x"},
 				{"KEYS", "*"},
 				{"FLUSHALL"},
 				{"CONFIG", "GET", "masterauth"},
@@ -84,7 +87,25 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 				{"CLIENT", "LIST"},
 			}
 			if atomic {
-				forbidden = append(forbidden, []string{"CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", "0", "0", "NODE", snap.Primaries()[1].ID})
+				forbidden = append(forbidden, []string{"CLUSTER", "MIGRATESLOTS", "SLOTSRANGE", "0", "0", "NODE", snap.Primaries()[1].ID},
+					[]string{"FLUSHDB"}, []string{"SCAN", "0"}, []string{"RESTORE", "{a}r", "0", "x"})
+				// What an atomic migration's target runs as this user: writes (on the
+				// primary that owns the key's slot, or the answer is MOVED).
+				slot, err := data.Do(ctx, data.B().ClusterKeyslot().Key("{a}k").Build()).AsInt64()
+				require.NoError(t, err)
+				var owner *valkeyops.NodeState
+				for _, p := range snap.Primaries() {
+					for _, r := range p.Slots {
+						if int(slot) >= r.Start && int(slot) <= r.End {
+							owner = p
+						}
+					}
+				}
+				require.NotNil(t, owner, "slot %d has an owner", slot)
+				ownerRepl := loginClient(t, owner.Node, valkeyops.ReplicationUser, replPassword)
+				assert.NoError(t, ownerRepl.Do(ctx, ownerRepl.B().Arbitrary("SET", "{a}k", "v").Build()).Error(), "writes keys on 9.1")
+			} else {
+				forbidden = append(forbidden, []string{"SET", "{a}k", "x"})
 			}
 			for _, cmd := range forbidden {
 				err := do(cmd...)
@@ -96,12 +117,21 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 				return
 			}
 
-			// Move slots between the two shards; each move is an atomic migration whose
-			// source logs in to the target as the replication user.
+			// Move slots holding keys between the two shards; each move is an atomic migration
+			// whose source logs in to the target as the replication user, and whose target
+			// runs the keys' writes as that user.
+			fill(t, data, "r:", 20_000)
 			from := snap.Primaries()[0]
+			held, err := operatorDo(t, from.Node, operatorPassword, "DBSIZE").AsInt64()
+			require.NoError(t, err)
+			require.Positive(t, held, "the drained primary holds keys")
 			moved, err := f.admin.Rebalance(ctx, f.nodes, []string{from.Name})
 			require.NoError(t, err, "drain %s", from.Name)
 			assert.Equal(t, valkeyops.CountSlots(from.Slots), moved.Slots, "every slot of the drained primary moved")
+			assert.Equal(t, moved.Slots, moved.AtomicSlots, "every slot moved by atomic migration")
+			assert.Zero(t, moved.MigrateSlots, "no slot fell back to MIGRATE")
+			assert.EqualValues(t, held, moved.Keys, "the drained primary's keys moved")
+			verify(t, data, "r:", seq(20_000))
 			entries, err := operatorDo(t, from.Node, operatorPassword, "CLUSTER", "GETSLOTMIGRATIONS").ToArray()
 			require.NoError(t, err)
 			require.NotEmpty(t, entries, "the moves ran as atomic migrations")

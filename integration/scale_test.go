@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration
 
 import (
@@ -18,12 +20,17 @@ import (
 const scaleKeys = 100_000
 
 // Scale 3->4 and back 4->3 with 100k keys written before and a writer running during both
-// moves: every key and every acknowledged write is readable afterwards.
+// moves: every key and every acknowledged write is readable afterwards. On 9.1, with the
+// replication user's rights the operator gives a cluster whose servers all run Valkey 9
+// (valkeyops.ReplicationSyncsSlots), every slot moves by atomic migration; on 8.0 key by key.
 func TestScaleOutAndIn(t *testing.T) {
 	for _, img := range []struct{ name, image string }{{"valkey8", harness.Image()}, {"valkey9", harness.Image9()}} {
 		t.Run(img.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFixture(t, harness.Config{Image: img.image}, 3, 2, valkeyops.Options{Log: t.Logf})
+			atomic := img.image == harness.Image9()
+			spec := aclSpec()
+			spec.ReplicationSyncsSlots = atomic
+			f := newFixture(t, harness.Config{Image: img.image, ACL: spec}, 3, 2, valkeyops.Options{Log: t.Logf})
 			ctx := ctxT(t, 5*time.Minute)
 			require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
 			waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
@@ -47,7 +54,8 @@ func TestScaleOutAndIn(t *testing.T) {
 			// some of the writer's).
 			assert.Equal(t, valkeyops.SlotCount/4, moved.Slots, "slots moved")
 			assert.Greater(t, moved.Keys, scaleKeys/5, "keys moved")
-			t.Logf("scale-out 3->4 took %s", time.Since(start))
+			assertMovedBy(t, moved, atomic)
+			t.Logf("scale-out 3->4 took %s: %+v", time.Since(start), moved)
 			snap := waitHealthy(t, f, all, 4, 1, 30*time.Second)
 			for _, p := range snap.Primaries() {
 				n := valkeyops.CountSlots(p.Slots)
@@ -68,7 +76,8 @@ func TestScaleOutAndIn(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, valkeyops.CountSlots(snap.ByName(leaving[0]).Slots), moved.Slots, "the leaving primary's slots moved")
 			assert.Greater(t, moved.Keys, scaleKeys/5, "keys moved")
-			t.Logf("scale-in 4->3 took %s", time.Since(start))
+			assertMovedBy(t, moved, atomic)
+			t.Logf("scale-in 4->3 took %s: %+v", time.Since(start), moved)
 			res := w.Stop()
 			acked := res.Acked
 			t.Logf("writer: %d acknowledged, %d failed", len(acked), res.Failed)
@@ -102,5 +111,17 @@ func TestScaleOutAndIn(t *testing.T) {
 			verify(t, c, "k:", seq(scaleKeys))
 			verify(t, c, "w:", acked)
 		})
+	}
+}
+
+// assertMovedBy: every slot moved atomically (CLUSTER MIGRATESLOTS) or every one key by key.
+func assertMovedBy(t *testing.T, moved valkeyops.MoveStats, atomic bool) {
+	t.Helper()
+	if atomic {
+		assert.Equal(t, moved.Slots, moved.AtomicSlots, "every slot moved by atomic migration: %+v", moved)
+		assert.Zero(t, moved.MigrateSlots, "no slot fell back to MIGRATE: %+v", moved)
+	} else {
+		assert.Equal(t, moved.Slots, moved.MigrateSlots, "every slot moved key by key: %+v", moved)
+		assert.Zero(t, moved.AtomicSlots, "%+v", moved)
 	}
 }

@@ -17,9 +17,9 @@ const OperatorUser = "operator"
 
 // ReplicationUser is the ACL user replicas log in to their primary as (masteruser), and the
 // one a Valkey 9 source node logs in to the target as for an atomic slot migration. It may
-// run only what those links need (replicationAccess), so its password, which every node
-// holds in its config (masterauth) and which CONFIG GET would show an administrator, opens
-// nothing else.
+// run only what those links need (replicationAccess: on Valkey 9, that includes the write
+// commands on every key), so its password, which every node holds in its config
+// (masterauth) and which CONFIG GET would show an administrator, opens nothing else.
 const ReplicationUser = "replication"
 
 // ReplicationPassword derives the replication user's password from the operator password
@@ -262,13 +262,33 @@ func appAccess() aclPermRules {
 
 // replicationAccess is what a replica needs on its primary (PSYNC/SYNC, REPLCONF, PING)
 // and, with syncSlots, what a Valkey 9 atomic slot migration's source runs on its target.
-// No key or channel: the replication stream is applied as the primary's, not this user's.
+//
+// Without syncSlots: no key or channel, since the replication stream a replica pulls is
+// applied by the replica as its primary's (a client with no user), not as this user's.
+//
+// With syncSlots the source pushes instead: it logs in to the target as this user (its
+// primaryuser) and the target runs the migrated slots' snapshot (SELECT, then SET, RPUSH,
+// HSET, PEXPIREAT, ... per key) and every later write to them (DEL, UNLINK, MULTI/EXEC around
+// a transaction's or script's effects, ...) as commands of this user, so every key with data
+// needs write rights here or the migration fails ("NOPERM ... 'select'" in the target's log)
+// and falls back to MIGRATE. Granted: the write commands on every key, minus the dangerous
+// ones (FLUSHALL, FLUSHDB, SWAPDB, RESTORE, MIGRATE, SORT, ...; a migration whose stream
+// carries one fails and falls back), plus SELECT, MULTI and EXEC. The key pattern is ~*, not
+// the write-only %W~*: writes are replayed as clients sent them, and INCR, HINCRBY, LPOP, ...
+// read the key they change (with %W~* the target answers "NOPERM No permissions to access a
+// key"), so whoever holds this password on Valkey 9 can change keys and read values back
+// through such writes (INCR, GETDEL, LPOP), though no read-only command (GET, SCAN, KEYS), no
+// CONFIG, ACL or cluster change. -@dangerous comes before the replication commands and
+// CLUSTER SYNCSLOTS, which are dangerous too.
 func replicationAccess(syncSlots bool) aclPermRules {
-	cmds := []string{"-@all", "+psync", "+sync", "+replconf", "+ping"}
-	if syncSlots {
-		cmds = append(cmds, "+"+syncSlotsCommand)
+	if !syncSlots {
+		return aclPermRules{commands: []string{"-@all", "+psync", "+sync", "+replconf", "+ping"}}
 	}
-	return aclPermRules{commands: cmds}
+	return aclPermRules{
+		commands: []string{"-@all", "+@write", "-@dangerous", "+select", "+multi", "+exec",
+			"+psync", "+sync", "+replconf", "+ping", "+" + syncSlotsCommand},
+		keys: []string{"~*"},
+	}
 }
 
 func permRules(p ACLPermission) aclPermRules {

@@ -60,7 +60,8 @@ func TestRenderACL(t *testing.T) {
 
 // TestReplicationUser: the replication user's password is not the operator's and reveals
 // nothing of it; it is granted CLUSTER SYNCSLOTS only when every release of the cluster
-// knows it; extra hashes keep it through a rotation; no spec user can take its name.
+// knows it, and with it the write commands on every key (what an atomic migration's target
+// runs as this user); extra hashes keep it through a rotation; no spec user can take its name.
 func TestReplicationUser(t *testing.T) {
 	pw := ReplicationPassword("o")
 	assert.NotEqual(t, "o", pw)
@@ -84,7 +85,14 @@ func TestReplicationUser(t *testing.T) {
 		ReplicationExtraHashes: []string{HashPassword(ReplicationPassword("o2"))}}
 	require.NoError(t, ValidateACL(spec))
 	got := spec.Expected()[ReplicationUser]
-	assert.Equal(t, "-@all +psync +sync +replconf +ping +cluster|syncslots", got.Selectors[0].Commands)
+	assert.Equal(t, "-@all +@write -@dangerous +select +multi +exec +psync +sync +replconf +ping +cluster|syncslots", got.Selectors[0].Commands)
+	assert.Equal(t, "~*", got.Selectors[0].Keys, "writes every key (a replayed INCR reads it too)")
+	assert.Empty(t, got.Selectors[0].Channels)
+	spec.ReplicationSyncsSlots = false
+	got = spec.Expected()[ReplicationUser]
+	assert.Equal(t, "-@all +psync +sync +replconf +ping", got.Selectors[0].Commands, "before Valkey 9: replication only")
+	assert.Empty(t, got.Selectors[0].Keys, "before Valkey 9: no key")
+	spec.ReplicationSyncsSlots = true
 	assert.ElementsMatch(t, []string{HashPassword(pw), HashPassword(ReplicationPassword("o2"))}, got.Hashes)
 
 	spec.ReplicationExtraHashes = []string{"o2"}

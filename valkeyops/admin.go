@@ -34,7 +34,8 @@ type Options struct {
 	DialTimeout time.Duration
 	// Poll is the interval of every wait-for-condition loop (default 20ms).
 	Poll time.Duration
-	// MigrateBatch is how many keys one MIGRATE call moves (default 1000, minimum 100).
+	// MigrateBatch is how many keys one MIGRATE call moves (default DefaultMigrateBatch,
+	// minimum 100).
 	MigrateBatch int
 	// AtomicRetries bounds CLUSTER MIGRATESLOTS attempts per move before falling back to the
 	// key-by-key path (default 3).
@@ -48,6 +49,11 @@ type Options struct {
 	// Log receives progress lines (steps and timings, never secrets); nil = silent.
 	Log func(format string, args ...any)
 }
+
+// DefaultMigrateBatch is how many keys one MIGRATE call of the key-by-key slot move carries
+// unless Options.MigrateBatch says otherwise (valkey-cli's --cluster-pipeline is the same
+// knob; its default is 10).
+const DefaultMigrateBatch = 1000
 
 // Admin holds one authenticated connection per node address, reused across calls. It is safe
 // for concurrent use.
@@ -75,7 +81,7 @@ func NewAdmin(opts Options) (*Admin, error) {
 		opts.Poll = 20 * time.Millisecond
 	}
 	if opts.MigrateBatch < 100 {
-		opts.MigrateBatch = 1000
+		opts.MigrateBatch = DefaultMigrateBatch
 	}
 	if opts.AtomicRetries <= 0 {
 		opts.AtomicRetries = 3

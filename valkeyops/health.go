@@ -5,10 +5,10 @@ import (
 	"sort"
 )
 
-// Health applies the seed's Active criteria to a snapshot: every node's view is healthy, all
-// 16384 slots are assigned, the number of slot-holding primaries is at least shards, and every
-// slot-holding primary has at least replicasPerShard linked replicas. It is pure; an empty
-// result means healthy, otherwise each entry is one unmet reason.
+// Health applies the Active criteria of docs/status.md to a snapshot: every node's view is
+// healthy, all 16384 slots are assigned, the number of slot-holding primaries is at least
+// shards, and every slot-holding primary has at least replicasPerShard linked replicas. It is
+// pure; an empty result means healthy, otherwise each entry is one unmet reason.
 func Health(s *Snapshot, shards, replicasPerShard int) []string {
 	var reasons []string
 	if s == nil || len(s.Nodes) == 0 {

@@ -13,7 +13,16 @@ import (
 
 // slotMigration is one entry of CLUSTER GETSLOTMIGRATIONS.
 type slotMigration struct {
-	Operation, SlotRanges, Target, Source, State, Message string
+	Name, Operation, SlotRanges, Target, Source, State, Message string
+}
+
+// id tells one migration from another: its name (unique per job), or, from a server that
+// gives none, every field (an ended job's fields no longer change).
+func (m slotMigration) id() string {
+	if m.Name != "" {
+		return m.Name
+	}
+	return fmt.Sprintf("%+v", m)
 }
 
 func (m slotMigration) terminal() bool {
@@ -40,7 +49,7 @@ func (a *Admin) slotMigrations(ctx context.Context, n Node) ([]slotMigration, er
 			return nil, opErr(n.Name, "getslotmigrations", err)
 		}
 		out = append(out, slotMigration{
-			Operation: m["operation"], SlotRanges: m["slot_ranges"], Target: m["target_node"],
+			Name: m["name"], Operation: m["operation"], SlotRanges: m["slot_ranges"], Target: m["target_node"],
 			Source: m["source_node"], State: m["state"], Message: m["message"],
 		})
 	}
@@ -96,6 +105,9 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveT
 				return opErr(src.Name, "migrateslots", ctx.Err())
 			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 			}
+			if err := a.waitImportEnded(ctx, dst.Node, src.ID); err != nil {
+				return errors.Join(lastErr, err)
+			}
 		}
 		before, err := a.slotMigrations(ctx, src.Node)
 		if err != nil {
@@ -115,23 +127,25 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveT
 			lastErr = err
 			continue
 		}
+		// This attempt's job is the export of these slots to dst that was not listed before
+		// the MIGRATESLOTS. An earlier attempt's failed job stays listed (newest first), so
+		// telling them apart by position read that failure again at once and fell back to
+		// MIGRATE while the new job was still running (SETSLOT IMPORTING then failed with
+		// "Slot import in progress").
+		known := map[string]bool{}
+		for _, e := range before {
+			known[e.id()] = true
+		}
 		var final slotMigration
 		err = a.waitFor(ctx, "migrateslots-wait", 10*time.Minute, func() (bool, error) {
 			ms, err := a.slotMigrations(ctx, src.Node)
 			if err != nil {
 				return false, err
 			}
-			var matches []slotMigration
 			for _, e := range ms {
-				if e.Operation == "EXPORT" && e.Target == dst.ID && sameRanges(e.SlotRanges, want) {
-					matches = append(matches, e)
-				}
-			}
-			if len(matches) > 0 {
-				last := matches[len(matches)-1]
-				if len(matches) > countMatches(before, dst.ID, want) || !last.terminal() {
-					final = last
-					return last.terminal(), fmt.Errorf("migration %s", last.State)
+				if e.Operation == "EXPORT" && e.Target == dst.ID && sameRanges(e.SlotRanges, want) && !known[e.id()] {
+					final = e
+					return e.terminal(), fmt.Errorf("migration %s", e.State)
 				}
 			}
 			return false, errors.New("migration not listed yet")
@@ -140,12 +154,30 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveT
 			return opErr(src.Name, "migrateslots-wait", err)
 		}
 		if final.State == "success" {
-			t.add(CountSlots(m.Slots), keys)
+			a.logf("atomic migration of %d slots (%d keys) %s -> %s: success", CountSlots(m.Slots), keys, src.Name, dst.Name)
+			t.addAtomic(CountSlots(m.Slots), keys)
 			return nil
 		}
-		lastErr = opErr(src.Name, "migrateslots", fmt.Errorf("atomic migration to %s %s: %s", dst.Name, final.State, final.Message))
+		// The source only says the target dropped the link; the target's entry says why (a
+		// refused command, say, when the replication user may not write the keys).
+		why := final.Message
+		if ms, err := a.slotMigrations(ctx, dst.Node); err == nil {
+			for _, e := range ms {
+				if e.Operation == "IMPORT" && e.Source == src.ID && sameRanges(e.SlotRanges, want) && e.terminal() && e.Message != "" {
+					why = final.Message + "; target: " + e.Message
+				}
+			}
+		}
+		a.logf("atomic migration of %d slots %s -> %s (attempt %d): %s: %s", CountSlots(m.Slots), src.Name, dst.Name, attempt+1, final.State, why)
+		lastErr = opErr(src.Name, "migrateslots", fmt.Errorf("atomic migration to %s %s: %s", dst.Name, final.State, why))
 	}
-	// Fall back to the key-by-key path for whatever src still owns of this move.
+	// Fall back to the key-by-key path for whatever src still owns of this move, once the
+	// target has ended its side of the failed migration: while it still lists the import as
+	// running it refuses SETSLOT IMPORTING ("Slot import in progress").
+	a.logf("moving %s -> %s key by key after %d failed atomic migrations: %v", src.Name, dst.Name, a.opts.AtomicRetries, lastErr)
+	if err := a.waitImportEnded(ctx, dst.Node, src.ID); err != nil {
+		return errors.Join(lastErr, err)
+	}
 	cur := a.observeOne(ctx, src.Node)
 	if !cur.Reachable {
 		return opErr(src.Name, "migrateslots-fallback", errors.Join(lastErr, cur.Err))
@@ -162,6 +194,23 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveT
 		return nil
 	}
 	return a.moveSlotsLegacy(ctx, snap, &cur, &dcur, rest, t)
+}
+
+// waitImportEnded waits until dst lists no import from the node srcID that is still running:
+// a failed migration ends on the source first, and the target cleans its side up after.
+func (a *Admin) waitImportEnded(ctx context.Context, dst Node, srcID string) error {
+	return a.waitFor(ctx, "import-ended", rebalanceTimeout, func() (bool, error) {
+		ms, err := a.slotMigrations(ctx, dst)
+		if err != nil {
+			return false, err
+		}
+		for _, m := range ms {
+			if m.Operation == "IMPORT" && m.Source == srcID && !m.terminal() {
+				return false, fmt.Errorf("%s: import of %s still %s", dst.Name, m.SlotRanges, m.State)
+			}
+		}
+		return true, nil
+	})
 }
 
 // countKeys counts the keys n holds in slots (CLUSTER COUNTKEYSINSLOT, pipelined).
@@ -198,14 +247,4 @@ func sameRanges(got, want string) bool {
 		return strings.Join(f, " ")
 	}
 	return norm(got) == norm(want)
-}
-
-func countMatches(ms []slotMigration, target, ranges string) int {
-	n := 0
-	for _, e := range ms {
-		if e.Operation == "EXPORT" && e.Target == target && sameRanges(e.SlotRanges, ranges) {
-			n++
-		}
-	}
-	return n
 }

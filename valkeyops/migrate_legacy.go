@@ -64,7 +64,7 @@ func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *N
 		tSet := time.Since(t0)
 		a.logf("opened %d slots %s -> %s", len(chunk), src.Name, dst.Name)
 		keys, err := a.migrateKeys(ctx, src.Node, host, port, movable)
-		t.add(0, keys)
+		t.addMigrate(0, keys)
 		if err != nil {
 			return err
 		}
@@ -84,7 +84,7 @@ func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *N
 				return err
 			}
 		}
-		t.add(len(movable), 0)
+		t.addMigrate(len(movable), 0)
 		a.logf("moved %d slots %s -> %s in %s (setslot %s, keys %s)", len(chunk), src.Name, dst.Name,
 			time.Since(t0).Round(time.Millisecond), tSet.Round(time.Millisecond), (tKeys - tSet).Round(time.Millisecond))
 	}

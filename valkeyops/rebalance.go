@@ -35,23 +35,34 @@ func (a *Admin) Rebalance(ctx context.Context, nodes []Node, leaving []string) (
 }
 
 // MoveStats count what a Rebalance moved: slots whose ownership passed to another primary,
-// and the keys that went with them.
+// and the keys that went with them. AtomicSlots of the Slots moved by an atomic migration
+// (CLUSTER MIGRATESLOTS, Valkey >= 9.0), MigrateSlots key by key (SETSLOT and MIGRATE: the
+// only path before 9.0, the fallback of the atomic one, and how a slot left open is finished).
 type MoveStats struct {
-	Slots, Keys int
+	Slots, Keys               int
+	AtomicSlots, MigrateSlots int
 }
 
 // moveTally adds up MoveStats from moves running in parallel.
 type moveTally struct {
-	slots, keys atomic.Int64
+	atomicSlots, migrateSlots, keys atomic.Int64
 }
 
-func (t *moveTally) add(slots, keys int) {
-	t.slots.Add(int64(slots))
+// addAtomic counts slots (and their keys) an atomic migration moved.
+func (t *moveTally) addAtomic(slots, keys int) {
+	t.atomicSlots.Add(int64(slots))
+	t.keys.Add(int64(keys))
+}
+
+// addMigrate counts slots and keys the key-by-key path moved.
+func (t *moveTally) addMigrate(slots, keys int) {
+	t.migrateSlots.Add(int64(slots))
 	t.keys.Add(int64(keys))
 }
 
 func (t *moveTally) stats() MoveStats {
-	return MoveStats{Slots: int(t.slots.Load()), Keys: int(t.keys.Load())}
+	at, mi := int(t.atomicSlots.Load()), int(t.migrateSlots.Load())
+	return MoveStats{Slots: at + mi, Keys: int(t.keys.Load()), AtomicSlots: at, MigrateSlots: mi}
 }
 
 func (a *Admin) rebalance(ctx context.Context, nodes []Node, leaving []string, t *moveTally) error {

@@ -1,37 +1,44 @@
 // Command bench-day2 measures what an Active cluster does by itself, on a private dev cluster
 // (devtest) with the operator binary running on the host, and prints exactly these lines:
 //
-//	recovery: kind=pod-deleted writes-resumed-s=<x> topology-s=<y> lost=<n>
-//	recovery: kind=crash writes-resumed-s=<x> topology-s=<y> lost=<n>
-//	scaleout: ours=<keys/s> valkey-cli=<keys/s> ratio=<ours/valkey-cli>
+//	recovery: kind=pod-deleted promotion-s=<p> writes-resumed-s=<x> topology-s=<y> lost=<n>
+//	recovery: kind=crash promotion-s=<p> writes-resumed-s=<x> writes-resumed-default-client-s=<d> topology-s=<y> lost-acked=<n> lost-replica-acked=<m>
+//	scaleout: ours=<keys/s> valkey-cli=<keys/s> valkey-cli-matched=<keys/s> ratio=<ours/valkey-cli> ratio-matched=<ours/valkey-cli-matched>
 //	roll: seconds-per-shard=<x> longest-pause-s=<y> lost=<n>
 //	drain: nodes=<n> data-mib=<m> total-s=<x> longest-drain-s=<y> longest-pause-s=<z> lost=<l>
 //	zone-loss: primaries-lost=<n> writes-resumed-s=<x> lost-replica-acked=<n>
 //	outage: shards=3 replicas=1 recovered-s=<x> converged-s=<y> warning=<message>
 //
-// recovery: a 3x1 cluster with two writers running through cluster-mode valkey-go clients:
+// recovery: a 3x1 cluster with three writers running through cluster-mode valkey-go clients:
 // internal/loadgen over the whole key space (its acknowledged writes are read back afterwards:
-// lost), and a second writer whose keys all carry one hash tag in the slots of the primary
-// that is then lost: writes-resumed is its outage, from its last acknowledged write before
-// its first failure to its first acknowledged write after its last failure (see recovery).
-// The writers' valkey-go clients drop a connection that has not answered for 2 s (default
-// 10 s), so after a crash they look for the new primary soon after it is promoted.
-// pod-deleted is `kubectl delete pod`; crash is a
-// SIGKILL of the pod's container (docker kill), with loadgen waiting for one replica per
-// write (WAIT 1), so lost counts replica-acknowledged writes. topology-s runs from the delete
+// lost), and two slot writers whose keys all carry one hash tag in the slots of the primary
+// that is then lost: writes-resumed is an outage, from the writer's last acknowledged write
+// before its first failure to its first acknowledged write after its last failure (see
+// recovery). writes-resumed-s is the writer whose client drops a connection that has not
+// answered for 2 s, so after a crash it looks for the new primary soon after it is promoted;
+// writes-resumed-default-client-s the one whose client has valkey-go's defaults (10 s).
+// promotion-s runs from the delete or kill until the lost primary's replica reports itself
+// primary (INFO replication). pod-deleted is `kubectl delete pod`; crash is a SIGKILL of the pod's
+// container (docker kill), with loadgen waiting for one replica per write (WAIT 1):
+// lost-replica-acked counts the lost writes a replica confirmed, lost-acked every lost write
+// the primary acknowledged (Valkey replicates asynchronously). topology-s runs from the delete
 // or kill until the lost ValkeyNode is retired, all 6 ValkeyNodes are Active with pod IPs and
 // `valkey-cli --cluster check` finds all 16384 slots covered and every node agreeing.
 //
 // scaleout: a 3x1 cluster filled with -keys keys (pipelined SETs, -value-bytes values), then
 // `kubectl patch` shards 3->4, timed until converged as above with 8 nodes and every
 // primary within 1% of 4096 slots; ours = keys on the new shard's primary (DBSIZE) / seconds.
-// valkey-cli gets the same situation without Kubernetes: plain Valkey containers
+// valkey-cli gets the same situation without Kubernetes, twice (at its default
+// --cluster-pipeline of 10 keys per MIGRATE, and matched at valkeyops.DefaultMigrateBatch,
+// ours' keys per MIGRATE): plain Valkey containers
 // (integration/harness) of the same image, formed 3x(1+1) with valkeyops, the same keys,
 // an empty fourth shard (primary + replica) joined, the same CPU/memory limits and
 // maxmemory settings as the operator's pods; then `valkey-cli --cluster rebalance
 // --cluster-use-empty-masters` timed until it exits and the servers report the even 4-shard
 // layout. Ours includes creating, scheduling and joining the new shard's pods; valkey-cli's
 // timing starts with its nodes already joined (stderr logs when ours' first slot moved).
+// Either side's primaries holding other than -keys keys after the fill or the move fails the
+// run.
 //
 // roll: a 3x1 cluster of a ValkeyConfig of its own, with loadgen writing; an edit to that
 // config (maxmemory-policy) replaces every node, shard by shard, replacement first, failing
@@ -63,6 +70,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/devcluster"
 	"github.com/gomomento/valkey-operator/integration/harness"
+	"github.com/gomomento/valkey-operator/valkeyops"
 )
 
 var (
@@ -177,11 +185,16 @@ func run() error {
 	if err != nil {
 		return b.explain(err)
 	}
-	cli, err := scaleoutCLI(ctx, limits)
+	cli, err := scaleoutCLI(ctx, limits, 0)
 	if err != nil {
 		return fmt.Errorf("valkey-cli side: %w", err)
 	}
-	fmt.Printf("scaleout: ours=%.0f valkey-cli=%.0f ratio=%.2f\n", ours, cli, ours/cli)
+	matched, err := scaleoutCLI(ctx, limits, valkeyops.DefaultMigrateBatch)
+	if err != nil {
+		return fmt.Errorf("valkey-cli side, --cluster-pipeline %d: %w", valkeyops.DefaultMigrateBatch, err)
+	}
+	fmt.Printf("scaleout: ours=%.0f valkey-cli=%.0f valkey-cli-matched=%.0f ratio=%.2f ratio-matched=%.2f\n",
+		ours, cli, matched, ours/cli, ours/matched)
 	return nil
 }
 

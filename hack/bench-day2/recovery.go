@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,12 +65,20 @@ func (b *bench) recoveries(ctx context.Context) error {
 	return b.deleteCluster(ctx, ns, name)
 }
 
-// recovery loses one primary of a converged 3x1 cluster while two writers run, and prints
+// recovery loses one primary of a converged 3x1 cluster while three writers run, and prints
 // the recovery line.
 //
-// writes-resumed: the second writer (a loadgen writer that records every outcome) writes only keys {tag}:<kind>:<i>, where tag was
-// picked by asking the servers (CLUSTER KEYSLOT) until its slot lies in the victim's slot
-// ranges; it runs on a client of its own, so loadgen's WAITs never queue in front of it.
+// promotion-s: from the delete/kill until the victim's replica reports role:master (INFO
+// replication, polled every 20 ms on its own connection): the servers' and the operator's
+// part.
+//
+// writes-resumed: two slot writers (loadgen writers that record every outcome) write only
+// keys {tag}:<kind>:<i> and {tag}:<kind>:default:<i>, where tag was picked by asking the
+// servers (CLUSTER KEYSLOT) until its slot lies in the victim's slot ranges; each runs on a
+// client of its own, so loadgen's WAITs never queue in front of them. The first's client is
+// the tuned one (clusterClient: a silent connection dropped after 2 s): writes-resumed-s; the
+// second's has valkey-go's defaults (defaultClusterClient: 10 s):
+// writes-resumed-default-client-s. Both watch the same loss.
 // Every write is recorded with its end time and whether it was acknowledged (SET answered
 // OK by a primary; no WAIT). The outage is the stretch after the delete/kill from the last
 // acknowledged write before the first failed write (refused, connection error or 1 s
@@ -78,6 +87,12 @@ func (b *bench) recoveries(ctx context.Context) error {
 // acknowledged writes after the delete. For a crash the last write before the outage ends
 // at the kill (writes are 1 ms apart), so the gap is the time from the kill; for a deleted
 // pod, which keeps serving for a while, stderr also gives the time from the delete.
+//
+// lost (pod-deleted) and lost-acked (crash) count writes of the whole-key-space writer that
+// the primary acknowledged (SET answered OK) but that are not read back afterwards; for a
+// crash that writer also WAITs for one replica after each SET, and lost-replica-acked counts
+// only the writes a replica confirmed. A crash loses what the primary took but had not yet
+// sent to its replica: lost-acked is Valkey's asynchronous replication window.
 func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) error {
 	nodes, err := b.valkeyNodes(ctx, ns, name)
 	if err != nil {
@@ -122,6 +137,11 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 		return err
 	}
 	defer sc.Close()
+	dc, err := defaultClusterClient(addrs, password)
+	if err != nil {
+		return err
+	}
+	defer dc.Close()
 	tag, slot, err := tagIn(ctx, c, kind, self.Slots)
 	if err != nil {
 		return err
@@ -137,15 +157,18 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 	// The slot writer's keys all carry the hash tag, so every write goes to the one slot the
 	// tag hashes to, owned by the primary about to be lost; it records each write's outcome.
 	sw := loadgen.Start(sc, loadgen.Options{Prefix: tag + ":" + kind + ":", Pace: *pace, Record: true})
+	dw := loadgen.Start(dc, loadgen.Options{Prefix: tag + ":" + kind + ":default:", Pace: *pace, Record: true})
 	stopped := false
 	defer func() {
 		if !stopped {
 			lw.Stop()
 			sw.Stop()
+			dw.Stop()
 		}
 	}()
 	if err := poll.Until(ctx, 100*time.Millisecond, 30*time.Second, "writers running", func(context.Context) (bool, string, error) {
-		return lw.Acked() >= 200 && sw.Acked() >= 200, fmt.Sprintf("loadgen %d, slot writer %d acknowledged", lw.Acked(), sw.Acked()), nil
+		return lw.Acked() >= 200 && sw.Acked() >= 200 && dw.Acked() >= 200,
+			fmt.Sprintf("loadgen %d, slot writers %d (tuned) and %d (default client) acknowledged", lw.Acked(), sw.Acked(), dw.Acked()), nil
 	}); err != nil {
 		return err
 	}
@@ -155,6 +178,9 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 		if n.PrimaryID == self.ID {
 			replicaAddr = n.Addr()
 		}
+	}
+	if replicaAddr == "" {
+		return fmt.Errorf("%s has no replica in %s's view", victim, victim)
 	}
 	verb := map[string]string{"pod-deleted": "delete", "crash": "kill"}[kind]
 	t0 := time.Now()
@@ -181,37 +207,61 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 		return err
 	}
 	topology := time.Since(t0)
-	if p := promoted(); p > 0 {
-		logf("recovery %s: the victim's replica %s reported itself primary %.2fs after the %s", kind, replicaAddr, p.Seconds(), verb)
-	} else {
-		logf("recovery %s: the victim's replica %s was not seen as primary", kind, replicaAddr)
+	promotion := promoted()
+	if promotion <= 0 {
+		return fmt.Errorf("the victim's replica %s was not seen reporting itself primary", replicaAddr)
 	}
-	// The client may still be catching up when the servers have converged: keep writing
-	// until the slot writer's last 100 writes were all acknowledged.
-	if err := poll.Until(ctx, 100*time.Millisecond, time.Minute, "the slot writer's writes acknowledged again", func(context.Context) (bool, string, error) {
-		rs := sw.Outcomes()
-		n := 0
-		for i := len(rs) - 1; i >= 0 && rs[i].Acked; i-- {
-			n++
+	logf("recovery %s: the victim's replica %s reported itself primary %.2fs after the %s", kind, replicaAddr, promotion.Seconds(), verb)
+	// The clients may still be catching up when the servers have converged: keep writing
+	// until each slot writer's last 100 writes were all acknowledged.
+	if err := poll.Until(ctx, 100*time.Millisecond, time.Minute, "the slot writers' writes acknowledged again", func(context.Context) (bool, string, error) {
+		var why []string
+		ok := true
+		for _, w := range []*loadgen.Writer{sw, dw} {
+			rs := w.Outcomes()
+			n := 0
+			for i := len(rs) - 1; i >= 0 && rs[i].Acked; i-- {
+				n++
+			}
+			ok = ok && n >= 100
+			why = append(why, fmt.Sprintf("%d writes, the last %d acknowledged", len(rs), n))
 		}
-		return n >= 100, fmt.Sprintf("%d writes, the last %d acknowledged", len(rs), n), nil
+		return ok, strings.Join(why, "; "), nil
 	}); err != nil {
 		return err
 	}
 	res := lw.Stop()
 	results := sw.Stop().Outcomes
+	dresults := dw.Stop().Outcomes
 	stopped = true
 
 	resumed, gap, failed, err := loadgen.Outage(results, t0)
 	if err != nil {
-		return err
+		return fmt.Errorf("tuned slot writer: %w", err)
+	}
+	dresumed, dgap, dfailed, err := loadgen.Outage(dresults, t0)
+	if err != nil {
+		return fmt.Errorf("default-client slot writer: %w", err)
 	}
 	mctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	// res.Acked: acknowledged as loadgen counts it (with WAIT 1 for a crash: confirmed by a
+	// replica); res.UnconfirmedIdx: taken by the primary, not confirmed by a replica.
 	lost, first := loadgen.Missing(mctx, c, prefix, res.Acked)
-	logf("recovery %s: loadgen acknowledged=%d unconfirmed=%d rejected=%d lost=%d (first: %v) longest-pause=%s; slot writer: %d writes, %d failed after the %s, outage %.2fs ending %.2fs after the %s",
-		kind, len(res.Acked), res.Unconfirmed, res.Failed, lost, first, res.MaxPause.Round(time.Millisecond), len(results), failed, verb, gap.Seconds(), resumed.Seconds(), verb)
-	fmt.Printf("recovery: kind=%s writes-resumed-s=%.2f topology-s=%.1f lost=%d\n", kind, gap.Seconds(), topology.Seconds(), lost)
+	lostUnconfirmed, firstUnconfirmed := loadgen.Missing(mctx, c, prefix, res.UnconfirmedIdx)
+	logf("recovery %s: loadgen acknowledged=%d unconfirmed=%d rejected=%d lost=%d (first: %v) lost-unconfirmed=%d (first: %v) longest-pause=%s",
+		kind, len(res.Acked), res.Unconfirmed, res.Failed, lost, first, lostUnconfirmed, firstUnconfirmed, res.MaxPause.Round(time.Millisecond))
+	logf("recovery %s: tuned slot writer: %d writes, %d failed after the %s, outage %.2fs ending %.2fs after the %s; "+
+		"default-client slot writer: %d writes, %d failed, outage %.2fs ending %.2fs after the %s",
+		kind, len(results), failed, verb, gap.Seconds(), resumed.Seconds(), verb, len(dresults), dfailed, dgap.Seconds(), dresumed.Seconds(), verb)
+	switch kind {
+	case "crash":
+		fmt.Printf("recovery: kind=%s promotion-s=%.2f writes-resumed-s=%.2f writes-resumed-default-client-s=%.2f topology-s=%.1f lost-acked=%d lost-replica-acked=%d\n",
+			kind, promotion.Seconds(), gap.Seconds(), dgap.Seconds(), topology.Seconds(), lost+lostUnconfirmed, lost)
+	default:
+		fmt.Printf("recovery: kind=%s promotion-s=%.2f writes-resumed-s=%.2f topology-s=%.1f lost=%d\n",
+			kind, promotion.Seconds(), gap.Seconds(), topology.Seconds(), lost+lostUnconfirmed)
+	}
 	return nil
 }
 
@@ -235,9 +285,10 @@ func tagIn(ctx context.Context, c valkey.Client, kind string, ranges []valkeyops
 	return "", 0, fmt.Errorf("no hash tag found in slots %v", ranges)
 }
 
-// watchPromotion polls the replica's own ROLE every 50 ms (for the log: how much of the
-// outage is the servers' failover); the returned function stops the watch and says when the
-// replica first reported itself primary, since t0 (0: not seen).
+// watchPromotion polls the replica's own INFO replication every 20 ms (promotion-s: how much
+// of the outage is the failover; ROLE is an admin command the default user may not run);
+// the returned function stops the watch and says when the replica first reported
+// role:master, since t0 (0: not seen).
 func watchPromotion(ctx context.Context, addr, password string, t0 time.Time) func() time.Duration {
 	stop := make(chan struct{})
 	done := make(chan time.Duration, 1)
@@ -251,18 +302,16 @@ func watchPromotion(ctx context.Context, addr, password string, t0 time.Time) fu
 		defer c.Close()
 		for {
 			qctx, cancel := context.WithTimeout(ctx, time.Second)
-			role, err := c.Do(qctx, c.B().Role().Build()).ToArray()
+			info, err := c.Do(qctx, c.B().Info().Section("replication").Build()).ToString()
 			cancel()
-			if err == nil && len(role) > 0 {
-				if r, _ := role[0].ToString(); r == "master" {
-					at = time.Since(t0)
-					return
-				}
+			if err == nil && strings.Contains(info, "role:master\r\n") {
+				at = time.Since(t0)
+				return
 			}
 			select {
 			case <-stop:
 				return
-			case <-time.After(50 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			}
 		}
 	}()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -74,7 +73,7 @@ func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) 
 	if total, err := sumDBSize(ctx, view, password); err != nil {
 		return 0, shape, err
 	} else if total != int64(*keys) {
-		logf("WARNING: scaleout ours: the primaries hold %d keys after the fill, not %d", total, *keys)
+		return 0, shape, fmt.Errorf("scaleout ours: the primaries hold %d keys after the fill, not %d", total, *keys)
 	}
 	// The new shard's primary is the slot-holding primary at an address none of the six
 	// original pods has (pods keep their IPs; a replica promoted meanwhile does not count).
@@ -145,7 +144,7 @@ func (b *bench) scaleoutOurs(ctx context.Context) (float64, serverShape, error) 
 	if total, err := sumDBSize(ctx, view, password); err != nil {
 		return 0, shape, err
 	} else if total != int64(*keys) {
-		logf("WARNING: scaleout ours: the primaries hold %d keys after the scale-out, not %d", total, *keys)
+		return 0, shape, fmt.Errorf("scaleout ours: the primaries hold %d keys after the scale-out, not %d", total, *keys)
 	}
 	logf("scaleout ours: moved %d keys in %.1fs from the patch (%.1fs from the first slot moved: %.0f keys/s)",
 		moved, elapsed.Seconds(), time.Since(firstSlot).Seconds(), float64(moved)/time.Since(firstSlot).Seconds())
@@ -203,8 +202,14 @@ const (
 
 // scaleoutCLI builds the same situation on plain containers and returns valkey-cli's
 // rebalance rate: keys on the new primary / seconds from the rebalance's start until it has
-// exited and the servers report 4 healthy shards with even slots.
-func scaleoutCLI(ctx context.Context, shape serverShape) (float64, error) {
+// exited and the servers report 4 healthy shards with even slots. pipeline > 0 is passed as
+// --cluster-pipeline (keys per MIGRATE; valkey-cli's default is 10). The primaries must hold
+// exactly the keys written after the fill and after the rebalance.
+func scaleoutCLI(ctx context.Context, shape serverShape, pipeline int) (float64, error) {
+	label := "scaleout valkey-cli"
+	if pipeline > 0 {
+		label = fmt.Sprintf("scaleout valkey-cli --cluster-pipeline %d", pipeline)
+	}
 	user, pw := valkeyops.ReplicationLogin(cliOperatorPassword)
 	args := append([]string{"--masteruser", user, "--masterauth", pw}, shape.settings...)
 	env, err := harness.New(ctx, harness.Config{Image: harness.Image(),
@@ -266,7 +271,12 @@ func scaleoutCLI(ctx context.Context, shape serverShape) (float64, error) {
 	if err := fill(ctx, c, *keys); err != nil {
 		return 0, err
 	}
-	logf("scaleout valkey-cli: wrote %d keys in %.1fs", *keys, time.Since(t).Seconds())
+	logf("%s: wrote %d keys in %.1fs", label, *keys, time.Since(t).Seconds())
+	if total, err := primaryKeys(ctx, admin, nodes); err != nil {
+		return 0, err
+	} else if total != int64(*keys) {
+		return 0, fmt.Errorf("%s: the primaries hold %d keys after the fill, not %d", label, total, *keys)
+	}
 
 	added, err := start(1)
 	if err != nil {
@@ -289,8 +299,12 @@ func scaleoutCLI(ctx context.Context, shape serverShape) (float64, error) {
 	t0 := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, *scaleTimeout)
 	// As the operator's user, as the operator itself moves slots: the default user may not.
-	out, err := exec.CommandContext(rctx, "valkey-cli", "--no-auth-warning", "--user", valkeyops.OperatorUser, "--pass", cliOperatorPassword,
-		"--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-masters").CombinedOutput()
+	cliArgs := []string{"--no-auth-warning", "--user", valkeyops.OperatorUser, "--pass", cliOperatorPassword,
+		"--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-masters"}
+	if pipeline > 0 {
+		cliArgs = append(cliArgs, "--cluster-pipeline", strconv.Itoa(pipeline))
+	}
+	out, err := exec.CommandContext(rctx, "valkey-cli", cliArgs...).CombinedOutput()
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("valkey-cli --cluster rebalance: %v: %s", err, lastLines(string(out), 5))
@@ -312,22 +326,36 @@ func scaleoutCLI(ctx context.Context, shape serverShape) (float64, error) {
 			}
 		}
 	}
+	if total, err := primaryKeys(ctx, admin, all); err != nil {
+		return 0, err
+	} else if total != int64(*keys) {
+		return 0, fmt.Errorf("%s: the primaries hold %d keys after the rebalance, not %d", label, total, *keys)
+	}
+	logf("%s: moved %d keys in %.1fs", label, moved, elapsed.Seconds())
+	if moved == 0 {
+		return 0, fmt.Errorf("%s moved no key to the new primary", label)
+	}
+	return float64(moved) / elapsed.Seconds(), nil
+}
+
+// primaryKeys adds up DBSIZE over the slot-holding primaries among nodes.
+func primaryKeys(ctx context.Context, admin *valkeyops.Admin, nodes []valkeyops.Node) (int64, error) {
+	snap, err := admin.Observe(ctx, nodes)
+	if err != nil {
+		return 0, err
+	}
 	var total int64
 	for _, p := range snap.Primaries() {
+		if len(p.Slots) == 0 {
+			continue
+		}
 		k, err := dbsize(ctx, p.Addr, cliDefaultPassword)
 		if err != nil {
 			return 0, err
 		}
 		total += k
 	}
-	if total != int64(*keys) {
-		logf("WARNING: scaleout valkey-cli: the primaries hold %d keys after the rebalance, not %d", total, *keys)
-	}
-	logf("scaleout valkey-cli: moved %d keys in %.1fs", moved, elapsed.Seconds())
-	if moved == 0 {
-		return 0, errors.New("valkey-cli moved no key to the new primary")
-	}
-	return float64(moved) / elapsed.Seconds(), nil
+	return total, nil
 }
 
 // limit gives the containers the operator pods' CPU and memory limits.

@@ -26,6 +26,13 @@ func clusterClient(addrs []string, password string) (valkey.Client, error) {
 // (or a connect) before they drop it and refresh the topology.
 const clientDeadAfter = 2 * time.Second
 
+// defaultClusterClient is a cluster-mode client with valkey-go's default timeouts (a silent
+// connection is dropped after ConnWriteTimeout's default, 10 s): what an application that
+// tuned nothing sees after a crash. Client-side caching is off as on every other client here.
+func defaultClusterClient(addrs []string, password string) (valkey.Client, error) {
+	return valkey.NewClient(valkey.ClientOption{InitAddress: addrs, Password: password, DisableCache: true})
+}
+
 // nodeClient talks to exactly one server.
 func nodeClient(addr, password string) (valkey.Client, error) {
 	return valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Password: password, ForceSingleClient: true,

@@ -2,12 +2,19 @@
 // prints the figures issue 3 asks for:
 //
 //	bootstrap: ours=<s>s valkey-cli=<s>s ratio=<ours/valkey-cli>
-//	rebalance: ours=<keys/s> valkey-cli=<keys/s> ratio=<ours/valkey-cli>
-//	rebalance-9.1-atomic: ours=<keys/s> valkey-cli=<keys/s> ratio=<ours/valkey-cli> (...)
+//	rebalance: ours=<keys/s> valkey-cli=<keys/s> valkey-cli-matched=<keys/s> ratio=<ours/valkey-cli> ratio-matched=<ours/valkey-cli-matched>
+//	rebalance-9.1-atomic: ours=<keys/s> valkey-cli=<keys/s> valkey-cli-matched=<keys/s> ratio=<ours/valkey-cli> atomic-slots=<n> migrate-slots=<n> ratio-matched=<...> (...)
+//
+// valkey-cli runs twice per line: at its default --cluster-pipeline (10 keys per MIGRATE) and
+// "matched", at --cluster-pipeline valkeyops.DefaultMigrateBatch, the keys per MIGRATE of our
+// key-by-key path. atomic-slots and migrate-slots say how our slots moved: by atomic slot
+// migration (CLUSTER MIGRATESLOTS) or key by key (SETSLOT + MIGRATE).
 //
 // Both sides are timed to the same end condition by the same poller: every node reports
 // cluster_state:ok, all slots are assigned and replicas are linked (valkeyops.Health); for the
-// rebalance also the even 4-shard slot layout and every key readable. Needs Docker, the local
+// rebalance also the even 4-shard slot layout. After that (untimed) every key must read back
+// and the primaries must hold exactly the keys written (DBSIZE), before and after each
+// side's move, or the bench fails. Needs Docker, the local
 // images (make valkey-image) and a host valkey-cli (hack/valkey-image/install-tools.sh).
 // Progress goes to stderr, the result lines to stdout.
 package main
@@ -20,16 +27,12 @@ import (
 	"os/exec"
 	"os/signal"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
-
 	"github.com/gomomento/valkey-operator/integration/harness"
-	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
@@ -44,6 +47,9 @@ var (
 	rounds     = flag.Int("bootstrap-rounds", 3, "bootstrap comparisons (median is printed)")
 	skipAtomic = flag.Bool("skip-9", false, "skip the Valkey 9.1 atomic comparison")
 	onlyBoot   = flag.Bool("bootstrap-only", false, "run only the bootstrap comparison")
+	skipBoot   = flag.Bool("skip-bootstrap", false, "skip the bootstrap comparison")
+	skip8      = flag.Bool("skip-8", false, "skip the Valkey 8.0 rebalance comparison")
+	oursOnly   = flag.Bool("ours-only", false, "rebalance: run only our side (no valkey-cli, no ratios)")
 	verbose    = flag.Bool("v", false, "log valkeyops progress")
 )
 
@@ -79,7 +85,7 @@ func run() error {
 	ctx := context.Background()
 
 	var ours, cli []float64
-	for i := 0; i < *rounds; i++ {
+	for i := 0; i < *rounds && !*skipBoot; i++ {
 		o, err := bootstrapOurs(ctx, harness.Image())
 		if err != nil {
 			return fmt.Errorf("bootstrap ours: %w", err)
@@ -91,21 +97,25 @@ func run() error {
 		logf("bootstrap round %d: ours=%.3fs valkey-cli=%.3fs", i+1, o.Seconds(), c.Seconds())
 		ours, cli = append(ours, o.Seconds()), append(cli, c.Seconds())
 	}
-	mo, mc := median(ours), median(cli)
-	fmt.Printf("bootstrap: ours=%.3fs valkey-cli=%.3fs ratio=%.3f\n", mo, mc, mo/mc)
+	if !*skipBoot {
+		mo, mc := median(ours), median(cli)
+		fmt.Printf("bootstrap: ours=%.3fs valkey-cli=%.3fs ratio=%.3f\n", mo, mc, mo/mc)
+	}
 	if *onlyBoot {
 		return nil
 	}
 
-	o, err := rebalance(ctx, harness.Image(), ourRebalance)
-	if err != nil {
-		return fmt.Errorf("rebalance ours: %w", err)
+	logf("rebalance sides: ours moves %d keys per MIGRATE (valkeyops.DefaultMigrateBatch), sources in parallel; "+
+		"valkey-cli at its default --cluster-pipeline (10 keys per MIGRATE) and matched at --cluster-pipeline %d; %d keys each",
+		valkeyops.DefaultMigrateBatch, valkeyops.DefaultMigrateBatch, *keys)
+	if !*skip8 {
+		line, err := compare(ctx, harness.Image(), "")
+		if err != nil {
+			return err
+		}
+		fmt.Printf("rebalance: ours=%.0f valkey-cli=%.0f valkey-cli-matched=%.0f ratio=%.2f ratio-matched=%.2f\n",
+			line.ours.rate, line.cli, line.matched, line.ours.rate/line.cli, line.ours.rate/line.matched)
 	}
-	c, err := rebalance(ctx, harness.Image(), cliRebalance(""))
-	if err != nil {
-		return fmt.Errorf("rebalance valkey-cli: %w", err)
-	}
-	fmt.Printf("rebalance: ours=%.0f valkey-cli=%.0f ratio=%.2f\n", o, c, o/c)
 
 	if *skipAtomic {
 		return nil
@@ -117,15 +127,13 @@ func run() error {
 	if cliHasAtomic(harness.Image9()) {
 		atomicFlag, flagNote = "--cluster-use-atomic-slot-migration", "valkey-cli with --cluster-use-atomic-slot-migration"
 	}
-	o9, err := rebalance(ctx, harness.Image9(), ourRebalance)
+	line, err := compare(ctx, harness.Image9(), atomicFlag)
 	if err != nil {
-		return fmt.Errorf("rebalance 9.1 ours: %w", err)
+		return fmt.Errorf("9.1: %w", err)
 	}
-	c9, err := rebalance(ctx, harness.Image9(), cliRebalance(atomicFlag))
-	if err != nil {
-		return fmt.Errorf("rebalance 9.1 valkey-cli: %w", err)
-	}
-	fmt.Printf("rebalance-9.1-atomic: ours=%.0f valkey-cli=%.0f ratio=%.2f (%s)\n", o9, c9, o9/c9, flagNote)
+	fmt.Printf("rebalance-9.1-atomic: ours=%.0f valkey-cli=%.0f valkey-cli-matched=%.0f ratio=%.2f atomic-slots=%d migrate-slots=%d ratio-matched=%.2f (%s)\n",
+		line.ours.rate, line.cli, line.matched, line.ours.rate/line.cli, line.ours.stats.AtomicSlots, line.ours.stats.MigrateSlots,
+		line.ours.rate/line.matched, flagNote)
 	return nil
 }
 
@@ -161,9 +169,11 @@ type cluster struct {
 func newCluster(ctx context.Context, image string, shards, perShard int) (*cluster, error) {
 	// masteruser/masterauth on the command line so valkey-cli's replicas can authenticate
 	// too (our Bootstrap sets them itself); identical for both sides.
-	env, err := harness.New(ctx, harness.Config{Image: image,
-		ACL:  valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword},
-		Args: replicationLogin()})
+	acl, err := operatorACL(image)
+	if err != nil {
+		return nil, err
+	}
+	env, err := harness.New(ctx, harness.Config{Image: image, ACL: acl, Args: replicationLogin()})
 	if err != nil {
 		return nil, err
 	}
@@ -186,6 +196,42 @@ func newCluster(ctx context.Context, image string, shards, perShard int) (*clust
 	// from nodes past that point.
 	time.Sleep(2500 * time.Millisecond)
 	return &cluster{env: env, admin: admin, nodes: nodes, image: image}, nil
+}
+
+// operatorACL is the users file the operator renders for servers of image: the default and
+// operator users, and the replication user granted CLUSTER SYNCSLOTS when the release knows
+// it (valkeyops.ReplicationSyncsSlots of the servers' version, as the reconciler decides).
+// Without that grant every atomic migration of a 9.x server is refused by its target and
+// falls back to MIGRATE.
+func operatorACL(image string) (valkeyops.ACLSpec, error) {
+	spec := valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword}
+	v, err := imageVersion(image)
+	if err != nil {
+		return spec, err
+	}
+	spec.ReplicationSyncsSlots = valkeyops.ReplicationSyncsSlots([]string{v})
+	return spec, nil
+}
+
+var versions sync.Map // image -> version
+
+// imageVersion is the release of the image's valkey-server (`valkey-server --version`'s v=).
+func imageVersion(image string) (string, error) {
+	if v, ok := versions.Load(image); ok {
+		return v.(string), nil
+	}
+	out, err := exec.Command("docker", "run", "--rm", image, "valkey-server", "--version").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("valkey-server --version in %s: %v: %s", image, err, out)
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			versions.Store(image, v)
+			logf("%s: valkey-server %s", image, v)
+			return v, nil
+		}
+	}
+	return "", fmt.Errorf("valkey-server --version in %s: no version in %q", image, out)
 }
 
 func (c *cluster) close() {
@@ -248,161 +294,4 @@ func bootstrapCLI(ctx context.Context, image string) (time.Duration, error) {
 		return 0, err
 	}
 	return time.Since(start), nil
-}
-
-type rebalancer func(ctx context.Context, c *cluster, all []valkeyops.Node) error
-
-func ourRebalance(ctx context.Context, c *cluster, all []valkeyops.Node) error {
-	_, err := c.admin.Rebalance(ctx, all, nil)
-	return err
-}
-
-// cliRebalance runs valkey-cli --cluster rebalance --cluster-use-empty-primaries from the
-// host for 8.x and from a container of the cluster's image otherwise (the 9.1 client).
-func cliRebalance(extraFlag string) rebalancer {
-	return func(ctx context.Context, c *cluster, all []valkeyops.Node) error {
-		args := cliArgs("--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-primaries")
-		if extraFlag != "" {
-			args = append(args, extraFlag)
-		}
-		var cmd *exec.Cmd
-		if c.image == harness.Image() {
-			cmd = exec.CommandContext(ctx, "valkey-cli", args...)
-		} else {
-			cmd = exec.CommandContext(ctx, "docker", append([]string{"run", "--rm", "--network", c.env.Network.Name, c.image, "valkey-cli"}, args...)...)
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("valkey-cli --cluster rebalance: %v: %s", err, lastLines(string(out), 5))
-		}
-		return nil
-	}
-}
-
-func lastLines(s string, n int) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	if len(l) > n {
-		l = l[len(l)-n:]
-	}
-	return strings.Join(l, "\n")
-}
-
-func cliHasAtomic(image string) bool {
-	out, _ := exec.Command("docker", "run", "--rm", image, "valkey-cli", "--cluster", "help").CombinedOutput()
-	return strings.Contains(string(out), "atomic")
-}
-
-// rebalance forms 3x1 with our Bootstrap, writes the keys, joins a fourth shard (primary +
-// replica, not timed) and then times run until the 4-shard layout is reached and every key is
-// readable. It returns keys moved per second (keys that ended on the new primary).
-func rebalance(ctx context.Context, image string, run rebalancer) (float64, error) {
-	c, err := newCluster(ctx, image, 3, 2)
-	if err != nil {
-		return 0, err
-	}
-	defer c.close()
-	if err := c.admin.Bootstrap(ctx, c.nodes, 3); err != nil {
-		return 0, err
-	}
-	if err := c.waitHealthy(ctx, c.nodes, 3, nil); err != nil {
-		return 0, err
-	}
-	client, err := dataClient(c.nodes)
-	if err != nil {
-		return 0, err
-	}
-	defer client.Close()
-	t0 := time.Now()
-	if err := loadgen.Fill(ctx, client, "k:", *keys, 5000, value); err != nil {
-		return 0, err
-	}
-	logf("%s: wrote %d keys in %s", image, *keys, time.Since(t0).Round(time.Millisecond))
-	added, err := c.env.StartNodes(ctx, 1, 2)
-	if err != nil {
-		return 0, err
-	}
-	for i := range added {
-		added[i].Shard = 3
-	}
-	all := append(append([]valkeyops.Node(nil), c.nodes...), added...)
-	if err := c.admin.Bootstrap(ctx, all, 4); err != nil {
-		return 0, err
-	}
-	if err := c.waitHealthy(ctx, all, 3, nil); err != nil {
-		return 0, err
-	}
-
-	start := time.Now()
-	if err := run(ctx, c, all); err != nil {
-		return 0, err
-	}
-	even := func(s *valkeyops.Snapshot) bool {
-		ps := 0
-		for _, p := range s.Primaries() {
-			n := valkeyops.CountSlots(p.Slots)
-			if n < valkeyops.SlotCount/4-valkeyops.SlotCount/100 || n > valkeyops.SlotCount/4+valkeyops.SlotCount/100 {
-				return false
-			}
-			ps++
-		}
-		return ps == 4
-	}
-	if err := c.waitHealthy(ctx, all, 4, even); err != nil {
-		return 0, err
-	}
-	if err := verify(ctx, client, *keys); err != nil {
-		return 0, err
-	}
-	elapsed := time.Since(start)
-	snap, err := c.admin.Observe(ctx, all)
-	if err != nil {
-		return 0, err
-	}
-	var moved int64
-	for _, n := range added {
-		if st := snap.ByName(n.Name); st.Role == valkeyops.RolePrimary {
-			moved, err = dbsize(ctx, n)
-			if err != nil {
-				return 0, err
-			}
-		}
-	}
-	logf("%s: moved %d keys in %s", image, moved, elapsed.Round(time.Millisecond))
-	return float64(moved) / elapsed.Seconds(), nil
-}
-
-func dataClient(nodes []valkeyops.Node) (valkey.Client, error) {
-	o := valkey.ClientOption{Password: defaultPassword, DisableCache: true}
-	for _, n := range nodes {
-		o.InitAddress = append(o.InitAddress, n.Addr)
-	}
-	return valkey.NewClient(o)
-}
-
-func dbsize(ctx context.Context, n valkeyops.Node) (int64, error) {
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr}, Password: defaultPassword, ForceSingleClient: true, DisableCache: true})
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	return c.Do(ctx, c.B().Dbsize().Build()).AsInt64()
-}
-
-// value is the value rebalance fills and verify expects under key k:<i>.
-func value(i int) string { return "value-" + strconv.Itoa(i) }
-
-func verify(ctx context.Context, c valkey.Client, n int) error {
-	const batch = 5000
-	for i := 0; i < n; i += batch {
-		cmds := make(valkey.Commands, 0, batch)
-		for j := i; j < min(n, i+batch); j++ {
-			cmds = append(cmds, c.B().Get().Key("k:"+strconv.Itoa(j)).Build())
-		}
-		for j, r := range c.DoMulti(ctx, cmds...) {
-			v, err := r.ToString()
-			if err != nil || v != value(i+j) {
-				return fmt.Errorf("key k:%d unreadable after rebalance: %q %v", i+j, v, err)
-			}
-		}
-	}
-	return nil
 }

@@ -42,7 +42,7 @@ type Writer struct {
 	mu          sync.Mutex
 	acked       []int
 	failed      int
-	unconfirmed int
+	unconfirmed []int
 	lastAck     time.Time
 	maxPause    time.Duration
 	outcomes    []Outcome
@@ -59,6 +59,9 @@ type Result struct {
 	Unconfirmed int           // with Replicas: taken by the primary, not confirmed by replicas
 	MaxPause    time.Duration // the longest time between two acknowledged writes
 	Outcomes    []Outcome     // with Record: every write, in order
+	// UnconfirmedIdx are the indexes of the Unconfirmed writes, in order: with Acked, every
+	// write the primary acknowledged.
+	UnconfirmedIdx []int
 	// Errors counts failed writes by error text (the first maxErrorKinds kinds; "other"
 	// beyond), so a report can say why writes failed.
 	Errors map[string]int
@@ -100,7 +103,7 @@ func (w *Writer) run() {
 			w.lastAck = now
 			w.acked = append(w.acked, i)
 		case taken:
-			w.unconfirmed++
+			w.unconfirmed = append(w.unconfirmed, i)
 		default:
 			w.failed++
 		}
@@ -166,7 +169,7 @@ func (w *Writer) Stop() Result {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: w.unconfirmed, MaxPause: w.maxPause, Outcomes: w.outcomes, Errors: w.errs}
+	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: len(w.unconfirmed), UnconfirmedIdx: w.unconfirmed, MaxPause: w.maxPause, Outcomes: w.outcomes, Errors: w.errs}
 }
 
 // Missing reads prefix+<i> for every i in keys through c and counts those that are gone or
