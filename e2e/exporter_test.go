@@ -1,3 +1,5 @@
+//go:build e2e
+
 package e2e
 
 import (
@@ -10,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
@@ -71,11 +74,40 @@ func TestExporter(t *testing.T) {
 	n.waitExporterLogins(cluster, map[string]bool{valkeyops.ExporterPassword(oldOp): true, valkeyops.ExporterPassword(newOp): true})
 	n.waitExporters(cluster, keys)
 
+	// A primary's exporter is killed: its supervisor starts it again, and the pod stays Ready
+	// and in sync throughout (budgets count Ready pods; pods never restart a container).
+	primary := n.nodeWithRole(cluster, "primary")
+	exporter := n.containerNamed(primary, render.ExporterContainerName)
+	first := n.docker("exec", exporter, "busybox", "pidof", "prometheus-redis-exporter")
+	require.NotEmpty(t, first)
+	n.docker("exec", exporter, "sh", "-c", "kill -KILL "+first)
+	killed := time.Now()
+	var unready []string
+	n.eventually(time.Minute, 100*time.Millisecond, "a new exporter process in "+primary, func() (bool, string, error) {
+		pod, ok := n.podsByName(cluster)[primary]
+		if !ok {
+			return false, "", fmt.Errorf("%s is gone", primary)
+		}
+		if !podConditionTrue(pod, corev1.PodReady) || !podConditionTrue(pod, corev1.PodConditionType(render.InSyncCondition)) {
+			unready = append(unready, time.Since(killed).Round(time.Millisecond).String())
+		}
+		now := strings.TrimSpace(n.docker("exec", exporter, "sh", "-c", "busybox pidof prometheus-redis-exporter || true"))
+		return now != "" && now != first, "exporter pid " + now, nil
+	})
+	n.waitExporters(cluster, keys)
+	assert.Empty(t, unready, "%s was seen unready or out of sync after its exporter was killed", primary)
+	pod := n.podsByName(cluster)[primary]
+	for _, cs := range pod.Status.ContainerStatuses {
+		assert.Zero(t, cs.RestartCount, "%s: container %s", primary, cs.Name)
+		assert.NotNil(t, cs.State.Running, "%s: container %s runs", primary, cs.Name)
+	}
+	t.Logf("e2e: a killed exporter was started again and serving %.2fs later; its pod stayed Ready", time.Since(killed).Seconds())
+
 	// A replica's server crashes; its sidecar runs on, so the pod stays Running.
 	replica := n.nodeWithRole(cluster, "replica")
 	sidecar := n.containerNamed(replica, render.ExporterContainerName)
 	n.docker("kill", "--signal", "KILL", n.containerNamed(replica, render.ContainerName))
-	killed := time.Now()
+	killed = time.Now()
 	assert.Equal(t, "true", strings.TrimSpace(n.docker("inspect", "--format", "{{.State.Running}}", sidecar)), "the sidecar outlives its server")
 	n.waitRetired(cluster, replica)
 	n.waitConverged(cluster, 6, 2*time.Minute)

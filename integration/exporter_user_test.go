@@ -1,3 +1,5 @@
+//go:build integration
+
 package integration
 
 import (
@@ -68,10 +70,10 @@ func exporterOnEveryNode(t *testing.T, image string, withTLS bool) {
 	for _, n := range f.nodes {
 		op := userClient(t, n, valkeyops.OperatorUser, operatorPassword, tlsCfg)
 		require.NoError(t, op.Do(ctx, op.B().Arbitrary("ACL", "LOG", "RESET").Build()).Error())
-		require.NoError(t, f.env.StartSidecar(ctx, n.Name,
-			append([]string{render.ExporterBinary}, render.ExporterArgs(withTLS)...),
+		_, err := f.env.StartSidecar(ctx, n.Name, render.ExporterCommand(withTLS),
 			map[string][]byte{render.ExporterPasswordFile: render.ExporterPasswords(operatorPassword)},
-			"Providing metrics at"), "start the exporter beside %s", n.Name)
+			"Providing metrics at")
+		require.NoError(t, err, "start the exporter beside %s", n.Name)
 	}
 
 	for _, n := range f.nodes {

@@ -19,8 +19,9 @@
 # but only if it carries this script's recipe stamp (the label valkey-operator.recipe, the
 # SHA-256 of this file): an image built by an older version of the script (say, without the
 # exporter) is rebuilt, so `make valkey-image` brings a developer's machine up to date.
-# Both images hold /usr/bin/valkey-server, /usr/bin/valkey-cli and
-# /usr/bin/prometheus-redis-exporter, default to uid/gid 999 and
+# Both images hold /usr/bin/valkey-server, /usr/bin/valkey-cli,
+# /usr/bin/prometheus-redis-exporter and busybox (as sh, sleep and date, for the exporter's
+# supervisor), default to uid/gid 999 and
 # work directory /data (writable by 999), and take plain server arguments, e.g.
 #   docker run --rm valkey-operator/valkey:8.0 valkey-server --port 6379 --cluster-enabled yes
 set -euo pipefail
@@ -74,11 +75,22 @@ make_rootfs() {
 	log "downloading ${#@} packages ($name)"
 	(cd "$debs" && apt-get "${APT_OPTS[@]}" -qq download "$@" >&2)
 	for deb in "$debs"/*.deb; do dpkg -x "$deb" "$rootfs"; done
+	# bookworm's busybox-static installs /bin/busybox, the only file outside /usr: move it in,
+	# so that /bin can point at /usr/bin below.
+	if [[ -f "$rootfs/bin/busybox" ]]; then
+		mv "$rootfs/bin/busybox" "$rootfs/usr/bin/busybox" && rmdir "$rootfs/bin"
+	fi
 	# Merged-/usr layout: make /lib, /lib64, /bin point into /usr when the packages used /usr only.
 	for d in lib lib64 bin sbin; do
 		if [[ ! -e "$rootfs/$d" && -d "$rootfs/usr/$d" ]]; then ln -s "usr/$d" "$rootfs/$d"; fi
 	done
-	for bin in valkey-server valkey-cli prometheus-redis-exporter; do
+	# busybox-static is one static binary; the exporter sidecar's supervisor is a POSIX shell
+	# script (render.ExporterSupervisor) that needs sh, sleep and date, so those three names
+	# point at it (its other applets stay unlinked).
+	for applet in sh sleep date; do
+		[[ -e "$rootfs/usr/bin/$applet" ]] || ln -s busybox "$rootfs/usr/bin/$applet"
+	done
+	for bin in valkey-server valkey-cli prometheus-redis-exporter busybox sh sleep date; do
 		[[ -e "$rootfs/usr/bin/$bin" ]] || { log "missing /usr/bin/$bin in $name rootfs"; exit 1; }
 	done
 	mkdir -p "$rootfs/data" "$rootfs/tmp" "$rootfs/etc/valkey/acl" "$rootfs/etc/valkey/tls"
@@ -96,6 +108,7 @@ make_rootfs() {
 	fi
 	chroot --userspec=999:999 "$rootfs" /usr/bin/valkey-server --version >&2
 	chroot --userspec=999:999 "$rootfs" /usr/bin/prometheus-redis-exporter -version >&2
+	chroot --userspec=999:999 "$rootfs" /usr/bin/sh -c 'sleep 0; date +%s' >&2
 }
 
 # build_image NAME TAG : FROM scratch image of $WORK/NAME/rootfs. `docker import` keeps the
@@ -133,7 +146,7 @@ else
 		"deb $MIRROR bookworm-updates main" \
 		"deb $MIRROR bookworm-backports main"
 	make_rootfs valkey8 valkey-server/bookworm-backports valkey-tools/bookworm-backports \
-		prometheus-redis-exporter libssl3 "${LIBS_COMMON[@]}"
+		prometheus-redis-exporter busybox-static libssl3 "${LIBS_COMMON[@]}"
 	build_image valkey8 "$VALKEY_IMAGE"
 fi
 
@@ -141,6 +154,6 @@ if have_image "$VALKEY9_IMAGE"; then
 	log "$VALKEY9_IMAGE present (recipe $RECIPE), skipping"
 else
 	apt_private sid "deb $MIRROR sid main"
-	make_rootfs valkey9 valkey-server valkey-tools prometheus-redis-exporter libssl3t64 "${LIBS_COMMON[@]}"
+	make_rootfs valkey9 valkey-server valkey-tools prometheus-redis-exporter busybox-static libssl3t64 "${LIBS_COMMON[@]}"
 	build_image valkey9 "$VALKEY9_IMAGE"
 fi

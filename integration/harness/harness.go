@@ -186,10 +186,10 @@ func (e *Env) StartNode(ctx context.Context, shard int) (valkeyops.Node, error) 
 // container of a pod shares its first one's: it reaches the node on localhost, and the host
 // reaches it at the node's IP. files are written into it first (path to content, mode 0644);
 // it runs as 999:999 and counts as started once its output shows ready. Close removes it.
-func (e *Env) StartSidecar(ctx context.Context, name string, cmd []string, files map[string][]byte, ready string) error {
+func (e *Env) StartSidecar(ctx context.Context, name string, cmd []string, files map[string][]byte, ready string) (*testcontainers.DockerContainer, error) {
 	node := e.Container(name)
 	if node == nil {
-		return fmt.Errorf("no container for %s", name)
+		return nil, fmt.Errorf("no container for %s", name)
 	}
 	var cf []testcontainers.ContainerFile
 	for path, b := range files {
@@ -210,9 +210,9 @@ func (e *Env) StartSidecar(ctx context.Context, name string, cmd []string, files
 		e.mu.Unlock()
 	}
 	if err != nil {
-		return fmt.Errorf("start sidecar of %s: %w", name, err)
+		return c, fmt.Errorf("start sidecar of %s: %w", name, err)
 	}
-	return nil
+	return c, nil
 }
 
 // Container returns the container of node name.

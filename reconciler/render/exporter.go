@@ -9,7 +9,6 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 )
 
@@ -19,8 +18,8 @@ import (
 const (
 	ExporterContainerName = "exporter"
 	ExporterPort          = 9121
-	// ExporterBinary is where the local images (hack/valkey-image) hold the exporter; an
-	// image without it leaves the sidecar terminated and the server serving.
+	// ExporterBinary is where the local images (hack/valkey-image) hold the exporter; in an
+	// image without it the sidecar's supervisor keeps trying and the server serves on.
 	ExporterBinary = "/usr/bin/prometheus-redis-exporter"
 	ExporterDir    = "/etc/valkey/exporter"
 	// AuthExporterPasswordsKey holds the exporter's password file (ExporterPasswords).
@@ -64,6 +63,44 @@ func ExporterArgs(tls bool) []string {
 	}
 	return args
 }
+
+// ExporterCommand is the sidecar's whole command line: exporterSupervisor running the
+// exporter with ExporterArgs.
+func ExporterCommand(tls bool) []string {
+	return append([]string{"/bin/sh", "-c", exporterSupervisor, "exporter-supervisor", ExporterBinary}, ExporterArgs(tls)...)
+}
+
+// exporterSupervisor is the sidecar's entrypoint, a POSIX shell loop: it runs its arguments
+// (the exporter) and starts them again whenever they exit, after a pause that doubles from 1 s
+// up to 64 s and starts over after a run of 10 minutes or more.
+//
+// Why a loop of our own: a pod is Ready only while every one of its containers is, and
+// disruption budgets count Ready pods. Our pods never restart a container (restartPolicy
+// Never: a server that stops is replaced, never restarted empty), so an exporter that exited
+// would leave its pod unready for good, and its healthy server would count as disrupted and
+// hold back evictions of its shard's other copies. With the loop the container runs for as
+// long as the pod does, and it has no readiness probe: a pod's readiness is its server's
+// alone (and the in-sync gate's). An exporter that is down shows where exporter health
+// belongs, as a failed scrape in Prometheus.
+//
+// SIGTERM (the pod's deletion) stops the exporter and ends the loop at once: as PID 1 the
+// shell would otherwise ignore it and hold the pod for its whole grace period.
+const exporterSupervisor = `child=
+trap 'if [ -n "$child" ]; then kill "$child" 2>/dev/null; fi; exit 0' TERM INT
+delay=1
+while :; do
+	started=$(date +%s)
+	"$@" &
+	child=$!
+	wait "$child"
+	code=$?
+	child=
+	if [ $(($(date +%s) - started)) -ge 600 ]; then delay=1; fi
+	echo "exporter-supervisor: the exporter exited with status $code; starting it again in ${delay}s" >&2
+	sleep "$delay" &
+	wait $!
+	if [ "$delay" -lt 64 ]; then delay=$((delay * 2)); fi
+done`
 
 // exporterAddr is the server the exporter scrapes: its own pod's, over loopback.
 func exporterAddr(tls bool) string {
@@ -120,8 +157,10 @@ func PodAnnotations(podAnnotations map[string]string, s views.NodeSpec, loginPas
 // addExporter adds the exporter sidecar to a node's pod. It gets only its password file (a
 // volume of its own holding one key of the auth Secret: no password in its arguments or
 // environment, so none in the pod spec or the container runtime's metadata) and runs with
-// the server container's security context. Its termination message is its last output, so a
-// sidecar that cannot start says why in the pod's status; the server does not depend on it.
+// the server container's security context, under exporterSupervisor and without a readiness
+// probe, so that it never makes its pod unready. Its termination message is its last output,
+// so a sidecar that cannot start at all (an image without /bin/sh) says why in the pod's
+// status; the server does not depend on it.
 func addExporter(pod *corev1.Pod, s views.NodeSpec) {
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "exporter-auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 		SecretName: AuthSecretName(s.Cluster), DefaultMode: ptr.To[int32](0o440),
@@ -133,18 +172,13 @@ func addExporter(pod *corev1.Pod, s views.NodeSpec) {
 	pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
 		Name:    ExporterContainerName,
 		Image:   s.Image,
-		Command: []string{ExporterBinary},
-		Args:    ExporterArgs(s.TLSSecretRef != ""),
+		Command: ExporterCommand(s.TLSSecretRef != ""),
 		Ports:   []corev1.ContainerPort{{Name: "metrics", ContainerPort: ExporterPort, Protocol: corev1.ProtocolTCP}},
 		Resources: corev1.ResourceRequirements{
 			Requests: exporterResources.DeepCopy(), Limits: exporterResources.DeepCopy(),
 		},
 		VolumeMounts:             []corev1.VolumeMount{{Name: "exporter-auth", MountPath: ExporterDir, ReadOnly: true}},
 		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
-		ReadinessProbe: &corev1.Probe{
-			ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(ExporterPort)}},
-			PeriodSeconds: 10,
-		},
-		SecurityContext: sc,
+		SecurityContext:          sc,
 	})
 }

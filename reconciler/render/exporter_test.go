@@ -52,12 +52,16 @@ func TestExporterSidecar(t *testing.T) {
 			exp := pod.Spec.Containers[1]
 			assert.Equal(t, render.ExporterContainerName, exp.Name)
 			assert.Equal(t, spec.Image, exp.Image, "runs from the node's own image")
-			assert.Equal(t, []string{"/usr/bin/prometheus-redis-exporter"}, exp.Command)
+			require.Greater(t, len(exp.Command), 5)
+			assert.Equal(t, []string{"/bin/sh", "-c"}, exp.Command[:2], "under its supervisor loop")
+			assert.Equal(t, "/usr/bin/prometheus-redis-exporter", exp.Command[4], "the loop's argument: the exporter")
+			assert.Empty(t, exp.Args, "every argument is in the command")
+			assert.Nil(t, exp.ReadinessProbe, "the pod's readiness is its server's alone")
 			assert.Equal(t, []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9121, Protocol: corev1.ProtocolTCP}}, exp.Ports)
-			assert.Contains(t, exp.Args, tc.wantAddr)
-			assert.Subset(t, exp.Args, []string{"--redis.user=exporter", "--redis.password-file=/etc/valkey/exporter/exporter-passwords.json",
+			assert.Contains(t, exp.Command, tc.wantAddr)
+			assert.Subset(t, exp.Command, []string{"--redis.user=exporter", "--redis.password-file=/etc/valkey/exporter/exporter-passwords.json",
 				"--config-command=-", "--web.listen-address=:9121"})
-			assert.Equal(t, tc.skipCheck, contains(exp.Args, "--skip-tls-verification"), "TLS over loopback, unverified (no certificate names localhost)")
+			assert.Equal(t, tc.skipCheck, contains(exp.Command, "--skip-tls-verification"), "TLS over loopback, unverified (no certificate names localhost)")
 			assert.Empty(t, exp.Env, "no environment at all")
 			assert.Empty(t, exp.EnvFrom)
 			assert.Equal(t, server.SecurityContext, exp.SecurityContext, "as locked down as the server")
