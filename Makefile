@@ -88,7 +88,7 @@ bench: valkey-image valkey-tools
 	go run ./hack/bench
 
 ## bench-fleet: many clusters, one operator: time to Active, operator RSS/CPU, idle API and Valkey traffic, teardown
-bench-fleet: prerequisites
+bench-fleet: prerequisites image
 	go run ./hack/bench-day2 -fleet
 
 ## bench-day2: an Active cluster's recovery from a lost primary, a rolling replacement, and a scale-out vs valkey-cli

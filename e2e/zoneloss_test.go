@@ -271,6 +271,9 @@ func TestZoneLoss(t *testing.T) {
 	// writes-resumed is logged, not asserted: its target (5 s) is a benchmark figure
 	// (make bench-day2), and two shared cores running the whole suite make it noisy here.
 	assert.Equal(t, 2, primariesLost, "the lost zone held a majority of the primaries")
+	// Too few primaries survived to vote: at least one replica was promoted by the
+	// operator's CLUSTER FAILOVER TAKEOVER on the real servers (plan.Takeover).
+	assert.Regexp(t, `(?m)^Takeover: lost .*too few primaries survive to elect`, events, "a replica took over without a vote")
 	assert.Zero(t, lost, "replica-acknowledged writes lost with the zone; first: %v", first)
 	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout")
 }

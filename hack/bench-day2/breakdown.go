@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -350,23 +349,22 @@ func listeningAt(ctx context.Context, id string) (time.Time, bool) {
 
 // operatorTimeline is the operator's log between start and end as "<s> <message>" lines,
 // times relative to start: where the operator's own steps fall within the breakdown (with
-// -operator-debug, valkeyops' steps too). The operator runs with rfc3339nano timestamps.
-func (b *bench) operatorTimeline(start, end time.Time) string {
-	text, err := os.ReadFile(b.opLog)
+// -operator-debug, valkeyops' steps too).
+func (b *bench) operatorTimeline(ctx context.Context, start, end time.Time) string {
+	text, err := b.fleetOp.log(ctx)
 	if err != nil {
 		return err.Error()
 	}
 	var out []string
-	for _, l := range strings.Split(string(text), "\n") {
+	for _, l := range strings.Split(text, "\n") {
 		var e struct {
-			TS  string `json:"ts"`
 			Msg string `json:"msg"`
 		}
 		if json.Unmarshal([]byte(l), &e) != nil {
 			continue
 		}
-		t, err := time.Parse(time.RFC3339Nano, e.TS)
-		if err != nil || t.Before(start) || t.After(end) {
+		t, ok := logTime(l)
+		if !ok || t.Before(start) || t.After(end) {
 			continue
 		}
 		out = append(out, fmt.Sprintf("  %6.2f %s", t.Sub(start).Seconds(), e.Msg))

@@ -30,8 +30,8 @@ import (
 //	fleet: single-apply-to-active-s=<x>
 //	fleet: single-apply-breakdown created=<s> nodes=<s> objects=<s> scheduled=<s> started=<s> listening=<s> ready=<s> formed=<s> active=<s>
 //	fleet: clusters=<n> active-p50-s=<x> active-p95-s=<x> active-max-s=<x>
-//	fleet: operator-rss-mib formation=<x> idle=<x> cpu-s=<x>
-//	fleet: idle-api-writes=<n> idle-api-reads-per-min=<x>
+//	fleet: operator-rss-mib formation=<x> idle=<x> cpu-s=<x> container-working-set-mib=<x>
+//	fleet: idle-api-writes=<n> lease-writes-per-min=<x> idle-api-reads-per-min=<x>
 //	fleet: idle-valkey-cmds-per-node-min=<x>
 //	fleet: cross-cluster-delay-s=<x>
 //	fleet: teardown-s=<x>
@@ -40,12 +40,17 @@ import (
 // single-apply-breakdown: where that time went (see breakdown.go). -fleet-single-only prints
 // just these two lines, -fleet-single-runs times each run (a fresh cluster each time).
 // clusters/active-*: -fleet-small 1x0 clusters and -fleet-large 3x1 clusters applied in one
-// `kubectl apply`, each one's time from then until its status first reads Active. rss and cpu
-// are read from /proc of the operator process: the largest RSS during formation and during
-// the idle window, and CPU seconds (user+system) over formation and idle together. idle-api-*
-// are the operator's own client requests (controller-runtime's rest_client_requests_total on
-// its metrics endpoint) over the idle window: writes are POST/PUT/PATCH/DELETE, reads GET
-// (list and watch included). idle-valkey-cmds-per-node-min: INFO commandstats calls on every
+// `kubectl apply`, each one's time from then until its status first reads Active. The
+// operator is deploy/'s Deployment as shipped (shipped.go; -fleet-host-operator: a host
+// process without leader election, as measured before). rss and cpu are read from /proc of
+// the leader's process: the largest RSS during formation and during the idle window, and CPU
+// seconds (user+system) over formation and idle together; container-working-set-mib is its
+// container's memory cgroup at the end of the idle window (usage less inactive file pages, as
+// the kubelet reports it; -1 for a host process). idle-api-* are the operator's own client
+// requests (controller-runtime's rest_client_requests_total on the metrics endpoints of both
+// replicas) over the idle window: writes are POST/PUT/PATCH/DELETE less the Lease's changes,
+// which lease-writes-per-min counts (a watch on the Lease: the leader's renewals); reads are
+// GET (list and watch included, the standby's Lease reads too). idle-valkey-cmds-per-node-min: INFO commandstats calls on every
 // server over the window, less the sampler's own two commands per server, per server per
 // minute (REPLCONF left out: replicas acknowledge their primary's stream once a second by
 // themselves). cross-cluster-delay: a 1x0 cluster's apply-to-Active while a 3x1 cluster of
@@ -83,7 +88,11 @@ func (b *bench) fleet(ctx context.Context) error {
 		return nil
 	}
 
-	usage := startUsage(b.op.Pid())
+	pid, err := b.fleetOp.pid(ctx)
+	if err != nil {
+		return err
+	}
+	usage := startUsage(pid)
 	defer usage.stop()
 	names, took, err := b.formFleet(ctx)
 	if err != nil {
@@ -134,7 +143,7 @@ func (b *bench) singleApply(ctx context.Context) error {
 	logf("single-apply pods: %s", bd.podTimes())
 	logf("single-apply containers (docker): %s", b.dockerTimes(ctx, bd, fleetNamespace))
 	fmt.Println(bd.line())
-	logf("single-apply operator log:\n%s", b.operatorTimeline(bd.begun(), time.Now()))
+	logf("single-apply operator log:\n%s", b.operatorTimeline(ctx, bd.begun(), time.Now()))
 	return b.deleteCluster(ctx, fleetNamespace, name)
 }
 
@@ -227,6 +236,10 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 	if err != nil {
 		return err
 	}
+	leaseWrites, err := b.leaseWrites(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	logf("idle window of %s over %d servers", *fleetIdle, len(servers))
 	select { // the window itself is what is measured
@@ -235,6 +248,7 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 	case <-time.After(*fleetIdle):
 	}
 	minutes := time.Since(start).Minutes()
+	lease := leaseWrites()
 	cmdsAfter, err := commandCalls(ctx, servers)
 	if err != nil {
 		return err
@@ -244,15 +258,23 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 		return err
 	}
 	idleRSS := usage.mark()
+	workingSet, err := b.fleetOp.memoryWorkingSetMiB(ctx)
+	if err != nil {
+		return err
+	}
 	if err := b.saveHeapProfile(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("fleet: operator-rss-mib formation=%.1f idle=%.1f cpu-s=%.1f\n", formationRSS, idleRSS, usage.cpuSeconds())
+	fmt.Printf("fleet: operator-rss-mib formation=%.1f idle=%.1f cpu-s=%.1f container-working-set-mib=%.1f\n",
+		formationRSS, idleRSS, usage.cpuSeconds(), workingSet)
 	writes := 0.0
 	for _, m := range []string{"POST", "PUT", "PATCH", "DELETE"} {
 		writes += apiAfter[m] - apiBefore[m]
 	}
-	fmt.Printf("fleet: idle-api-writes=%.0f idle-api-reads-per-min=%.1f\n", writes, (apiAfter["GET"]-apiBefore["GET"])/minutes)
+	// Every change to the Lease is one request of the leader's (a renewal); the rest of the
+	// writes are the operator's own.
+	fmt.Printf("fleet: idle-api-writes=%.0f lease-writes-per-min=%.1f idle-api-reads-per-min=%.1f\n",
+		writes-float64(lease), float64(lease)/minutes, (apiAfter["GET"]-apiBefore["GET"])/minutes)
 	var calls float64
 	for addr, after := range cmdsAfter {
 		calls += after - cmdsBefore[addr] - 2 // the sampler's own AUTH and INFO
@@ -322,18 +344,26 @@ func commandCalls(ctx context.Context, servers []fleetServer) (map[string]float6
 	return out, <-errs
 }
 
-// clientRequests reads the operator's API requests by method from its metrics endpoint.
+// clientRequests reads the operator's API requests by method from its metrics endpoints,
+// summed over its replicas (the standby's requests for the Lease are reads).
 func (b *bench) clientRequests(ctx context.Context) (map[string]float64, error) {
-	m, err := promscrape.Get(ctx, b.op.MetricsURL)
+	urls, err := b.fleetOp.metricsURLs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]float64{}
-	for _, s := range m.Samples("rest_client_requests_total") {
-		out[s.Labels["method"]] += s.Value
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no rest_client_requests_total on %s", b.op.MetricsURL)
+	for _, url := range urls {
+		m, err := promscrape.Get(ctx, url)
+		if err != nil {
+			return nil, err
+		}
+		samples := m.Samples("rest_client_requests_total")
+		if len(samples) == 0 {
+			return nil, fmt.Errorf("no rest_client_requests_total on %s", url)
+		}
+		for _, s := range samples {
+			out[s.Labels["method"]] += s.Value
+		}
 	}
 	return out, nil
 }

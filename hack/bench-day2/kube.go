@@ -34,13 +34,15 @@ type bench struct {
 	kubectl kubectl.Runner
 	logDir  string
 	opLog   string
-	op      *operatorproc.Process
+	op      *operatorproc.Process // nil when the fleet measures deploy/'s Deployment
+	fleetOp fleetOperator
 	// pprofURL is the operator's net/http/pprof root ("" unless -operator-heap-profile).
 	pprofURL string
 }
 
 // startBench builds the operator, starts a private dev cluster, installs the CRDs and the
-// example menu (ValkeyImage, ValkeyConfig) and runs the operator on the host.
+// example menu (ValkeyImage, ValkeyConfig) and runs the operator on the host (the fleet
+// scenario: installs deploy/'s Deployment instead, unless -fleet-host-operator).
 func startBench(ctx context.Context) (*bench, error) {
 	root, err := devcluster.FindRoot()
 	if err != nil {
@@ -59,13 +61,16 @@ func startBench(ctx context.Context) (*bench, error) {
 		_ = os.RemoveAll(logDir)
 	})
 
+	shipped := *fleetMode && !*fleetHostOperator
 	bin := filepath.Join(logDir, "manager")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/manager")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building cmd/manager: %v\n%s", err, out)
+	if !shipped {
+		build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/manager")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("building cmd/manager: %v\n%s", err, out)
+		}
+		logf("operator built")
 	}
-	logf("operator built")
 
 	upCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	env, stop, err := devtest.New(upCtx, devtest.Options{})
@@ -106,8 +111,16 @@ func startBench(ctx context.Context) (*bench, error) {
 	if err := b.env.WaitSchedulable(ctx, time.Minute); err != nil {
 		return nil, err
 	}
-	if err := b.startOperator(ctx, bin); err != nil {
-		return nil, err
+	if shipped {
+		if err := b.installShipped(ctx); err != nil {
+			return nil, err
+		}
+		b.fleetOp = shippedOperator{b}
+	} else {
+		if err := b.startOperator(ctx, bin); err != nil {
+			return nil, err
+		}
+		b.fleetOp = hostOperator{b}
 	}
 	if _, err := b.kubectl.Run(ctx, "apply", "-f", filepath.Join(root, "examples", "valkeyimage.yaml"),
 		"-f", filepath.Join(root, "examples", "valkeyconfig.yaml")); err != nil {
@@ -119,6 +132,9 @@ func startBench(ctx context.Context) (*bench, error) {
 
 // explain adds the operator log's tail to an error of the measuring part.
 func (b *bench) explain(err error) error {
+	if b.op == nil {
+		return fmt.Errorf("%w\n(the operator's log: kubectl logs -n %s deployment/%s)", err, shippedNamespace, shippedDeployment)
+	}
 	return fmt.Errorf("%w\noperator log tail:\n%s", err, operatorproc.Tail(b.opLog, 60, 500))
 }
 
