@@ -30,6 +30,10 @@ const operatorNamespace = "valkey-operator-e2e"
 // is observable in seconds; the bootstrap poll interval keeps its default.
 const recheckInterval = 3 * time.Second
 
+// slowStart is how long a new pod may take to turn ready before the operator warns
+// (--slow-start; 3 minutes in production): short, so a stalled pod is reported within a test.
+const slowStart = 20 * time.Second
+
 // suite is what every test shares: one dev cluster and one operator process.
 var suite struct {
 	root     string

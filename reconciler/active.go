@@ -106,7 +106,7 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		r.report(p, a, ended.err)
 		return done(ctrl.Result{RequeueAfter: movedRecheck}, nil)
 	}
-	o := plan.Observed{Shards: p.cluster.Shards(), Replicas: p.cluster.ReplicasPerShard()}
+	o := plan.Observed{Shards: p.cluster.Shards(), Replicas: p.cluster.ReplicasPerShard(), SlowStart: r.opts.SlowStart}
 	out := r.resolveConfig(ctx, p)
 	switch {
 	case out == nil:
@@ -143,6 +143,9 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 // retry, or a restarted operator, finishes it).
 func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 	again := done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+	if stalled, ok := expiryStall(a, p.cluster.TLSSecretRef(), p.certExpiredAt(r.opts.Now())); ok {
+		a = stalled // servers refuse an expired peer: the step would only time out (tlsexpiry.go)
+	}
 	switch a.Kind {
 	case plan.None:
 		r.clearWarning(p, ReasonTopologyStall)

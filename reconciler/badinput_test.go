@@ -166,7 +166,9 @@ func TestBadInputIsNamedAndDisturbsNothing(t *testing.T) {
 		require.NoError(t, k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "expired-tls", Namespace: ns}, Data: expired.Data()}))
 		key := createCluster(t, ns, "expired", cfg, clusterOpts{shards: 1, tlsSecret: "expired-tls"})
 		waitEvent(t, key, corev1.EventTypeWarning, "CertificateExpired", `TLS Secret "expired-tls" certificate expired`)
-		waitState(t, key, views.StateActive)
+		// Real servers refuse an expired peer on the cluster bus: it cannot form, and says why.
+		waitEvent(t, key, corev1.EventTypeWarning, "BootstrapFailed", `bootstrap waits: the TLS certificate of Secret "expired-tls" expired at`)
+		assert.Equal(t, views.StateCreating, getCluster(t, key).Status().State, "not Invalid, not formed")
 	})
 
 	// More passes of running ran with every bad input in place: nothing of it changed.

@@ -338,6 +338,11 @@ func podReady(pod *corev1.Pod) bool {
 // observes it against the Active criteria of docs/status.md.
 func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
 	t := p.target()
+	if at := p.certExpiredAt(r.opts.Now()); !at.IsZero() {
+		// The servers would never meet: bootstrap waits for a renewed certificate.
+		r.warn(p, ReasonBootstrapFailed, "Bootstrap", "bootstrap waits: "+expiryNote(p.cluster.TLSSecretRef(), at))
+		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
+	}
 	if err := p.valkey.Bootstrap(ctx, p.members, t.Shards); err != nil {
 		r.warn(p, ReasonBootstrapFailed, "Bootstrap", "bootstrap failed: "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)

@@ -315,10 +315,12 @@ func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m
 	r.clearWarning(p, untrustedKey)
 	serves := bytes.Equal(served.Raw, want.Raw)
 	if !ro.due(m.Name, serves, now) {
+		p.noteServed(served.NotAfter, now)
 		return ro.current(m.Name), true
 	}
 	failedKey := ReasonCertReloadFailed + "/" + m.Name
 	if err := p.valkey.ReloadTLS(ctx, m); err != nil {
+		p.noteServed(served.NotAfter, now)
 		ro.failed(m.Name, now)
 		r.warnAs(p, failedKey, ReasonCertReloadFailed, "ReloadTLS", fmt.Sprintf("reloading the TLS files of node %s failed: %v", m.Name, err))
 		return false, true
@@ -326,6 +328,11 @@ func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m
 	r.clearWarning(p, failedKey)
 	after, err := p.valkey.ServedCertificate(ctx, m)
 	nowServes := err == nil && bytes.Equal(after.Raw, want.Raw)
+	if err == nil {
+		p.noteServed(after.NotAfter, now)
+	} else {
+		p.noteServed(served.NotAfter, now)
+	}
 	ro.reloaded(m.Name, serves, nowServes, now)
 	stallKey := ReasonCertNotServed + "/" + m.Name
 	switch {

@@ -38,7 +38,9 @@ type ManagerConfig struct {
 	RecheckInterval time.Duration
 	PollInterval    time.Duration
 	ActivePeriod    time.Duration
-	Valkey          Valkey
+	// SlowStart is how long a new pod may take to turn ready before a warning (0 = plan.SlowStart).
+	SlowStart time.Duration
+	Valkey    Valkey
 	// Metrics receives one call per reconcile pass (nil = none).
 	Metrics Metrics
 	// SkipNameValidation allows several managers with this controller in one process
@@ -132,6 +134,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 		RecheckInterval: mc.RecheckInterval,
 		PollInterval:    mc.PollInterval,
 		ActivePeriod:    mc.ActivePeriod,
+		SlowStart:       mc.SlowStart,
 	})
 	if err := r.setup(mgr, mc.SkipNameValidation); err != nil {
 		return nil, nil, fmt.Errorf("setting up controller: %w", err)

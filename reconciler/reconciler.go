@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/reconciler/resolve"
 	"github.com/gomomento/valkey-operator/reconciler/settings"
 	"github.com/gomomento/valkey-operator/reconciler/views"
@@ -108,6 +109,9 @@ type Options struct {
 	PollInterval time.Duration
 	// ActivePeriod is how often a converged Active cluster is observed without any event.
 	ActivePeriod time.Duration
+	// SlowStart is how long a new pod may take to turn ready before the wait for it is a
+	// TopologyStalled Warning Event (0 = plan.SlowStart).
+	SlowStart time.Duration
 	// Random is the entropy source for passwords and node names (nil = crypto/rand).
 	Random io.Reader
 	// Now is the clock for certificate expiry (nil = time.Now).
@@ -153,6 +157,9 @@ func New(c client.Client, apiReader client.Reader, opts Options) *Reconciler {
 	}
 	if opts.ActivePeriod <= 0 {
 		opts.ActivePeriod = DefaultActivePeriod
+	}
+	if opts.SlowStart <= 0 {
+		opts.SlowStart = plan.SlowStart
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -209,6 +216,10 @@ type pass struct {
 	maintenance map[string]bool
 	// certNotAfter is when the validated TLS certificate expires (zero without TLS).
 	certNotAfter time.Time
+	// servedExpired is the earliest NotAfter of an expired certificate that a node still
+	// serves after this pass's rotation step (zero if none): a Secret already renewed whose
+	// new files a node has not loaded yet (tlsexpiry.go).
+	servedExpired time.Time
 
 	// requeue, when set, is how soon a step wants the next pass without ending this one
 	// (requeueWithin): it waits on something outside the API, such as a kubelet refreshing a

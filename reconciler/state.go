@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/tlscheck"
 	"github.com/gomomento/valkey-operator/reconciler/views"
@@ -46,6 +47,12 @@ func (r *Reconciler) validateTLS(ctx context.Context, p *pass) *outcome {
 		r.warn(p, ReasonCertExpired, "ValidateTLS", tlscheck.ExpiryWarning(name, res))
 	} else {
 		r.clearWarning(p, ReasonCertExpired)
+		// Looked at again when it expires, not up to an Active period later. Only a near
+		// expiry is scheduled: a far NotAfter (RFC 5280's 9999-12-31) saturates Sub, and one
+		// second more would overflow into a negative requeue.
+		if until := res.Leaf.NotAfter.Sub(r.opts.Now()); until < 24*time.Hour {
+			p.requeueWithin(until + time.Second)
+		}
 	}
 	return nil
 }

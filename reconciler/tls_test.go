@@ -185,20 +185,36 @@ func names(nodes []views.Node) []string {
 	return out
 }
 
-// TestExpiredCertificateStaysActive: expiry only warns (Warning Event), never Invalid.
-func TestExpiredCertificateStaysActive(t *testing.T) {
+// TestExpiredCertificateHoldsANewCluster: a new cluster whose certificate has expired is not
+// Invalid (expiry is a Warning), but it cannot form: real servers refuse an expired peer on the
+// cluster bus (integration TestTLSExpiredCertificateStopsANewCluster), so the bootstrap is not
+// tried, the cluster stays Creating and a Warning names the expiry. Renewing the certificate in
+// place forms it. (What an Active cluster does when its certificate expires is proved on real
+// servers: e2e TestCertificateExpiryOnALiveCluster.)
+func TestExpiredCertificateHoldsANewCluster(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
+	notAfter := time.Now().Add(-time.Hour)
 	expired := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster("c", ns),
-		NotBefore: time.Now().Add(-72 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
+		NotBefore: time.Now().Add(-72 * time.Hour), NotAfter: notAfter})
 	require.NoError(t, k8s.Create(context.Background(), &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "tls", Namespace: ns}, Data: expired.Data()}))
 	key := createCluster(t, ns, "c", menu(t, ns, nil), clusterOpts{shards: 1, replicas: 1, tlsSecret: "tls"})
-	st := waitState(t, key, views.StateActive)
-	assert.Empty(t, st.Message)
 	waitEvent(t, key, corev1.EventTypeWarning, "CertificateExpired", `TLS Secret "tls" certificate expired`)
-	// Still Active after more reconciles.
+	waitEvent(t, key, corev1.EventTypeWarning, "BootstrapFailed",
+		`bootstrap waits: the TLS certificate of Secret "tls" expired at `+notAfter.UTC().Format(time.RFC3339)+`; servers refuse an expired peer on the cluster bus`)
 	before := passes.of(key)
 	require.True(t, pollUntil(waitFor, func() bool { return passes.of(key) > before+3 }))
-	assert.Equal(t, views.StateActive, getCluster(t, key).Status().State)
+	st := getCluster(t, key).Status()
+	assert.Equal(t, views.StateCreating, st.State, "not Invalid, and not formed")
+	assert.Empty(t, st.Message)
+	assert.Zero(t, fake.bootstrapCount(key), "no bootstrap is tried with an expired certificate")
+
+	renewed := testcerts.New(t, testcerts.Options{DNSNames: testcerts.ForCluster("c", ns)})
+	sec := &corev1.Secret{}
+	getObj(t, sec, ns, "tls")
+	sec.Data = renewed.Data()
+	require.NoError(t, k8s.Update(context.Background(), sec))
+	st = waitState(t, key, views.StateActive)
+	assert.Empty(t, st.Message)
 }

@@ -95,6 +95,18 @@ func (c Credentials) TLSConfig() (*tls.Config, error) {
 			return nil, fmt.Errorf("credentials: client certificate: %w", err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
+		// An expired client certificate is not offered. The servers verify a client
+		// certificate only when one is presented (tls-auth-clients optional), and then expiry
+		// included: a new connection presenting an expired one is refused ("tls: expired
+		// certificate"), while one that presents none is taken. Decided at each handshake, so
+		// a pooled client made before the expiry keeps reconnecting after it.
+		leaf := pair.Leaf
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			if leaf != nil && time.Now().After(leaf.NotAfter) {
+				return &tls.Certificate{}, nil
+			}
+			return &pair, nil
+		}
 	}
 	return cfg, nil
 }

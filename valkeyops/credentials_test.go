@@ -123,6 +123,37 @@ func TestCredentialsTLSConfigClientCertificate(t *testing.T) {
 	assert.Error(t, handshake(t, serverConfig(t, b, clientCAs), without), "server requires a client certificate")
 }
 
+// An expired client certificate is not offered: a server that verifies a certificate when one
+// is given (tls-auth-clients optional) refuses an expired one, and takes a connection that
+// offers none.
+func TestCredentialsTLSConfigExpiredClientCertificate(t *testing.T) {
+	expired := testcerts.New(t, testcerts.Options{DNSNames: []string{"svc"},
+		NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Minute)})
+	valid := testcerts.New(t, testcerts.Options{DNSNames: []string{"svc"}})
+	optional := func(b testcerts.Bundle) *tls.Config {
+		clientCAs := x509.NewCertPool()
+		require.True(t, clientCAs.AppendCertsFromPEM(b.CA))
+		cfg := serverConfig(t, b, clientCAs)
+		cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		return cfg
+	}
+	for _, tt := range []struct {
+		name    string
+		b       testcerts.Bundle
+		offered bool
+	}{{"valid: offered", valid, true}, {"expired: not offered", expired, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := Credentials{CA: tt.b.CA, Cert: tt.b.Cert, Key: tt.b.Key, ServerName: "svc"}.TLSConfig()
+			require.NoError(t, err)
+			require.NotNil(t, cfg.GetClientCertificate)
+			got, err := cfg.GetClientCertificate(&tls.CertificateRequestInfo{})
+			require.NoError(t, err)
+			assert.Equal(t, tt.offered, len(got.Certificate) > 0)
+			assert.NoError(t, handshake(t, optional(tt.b), cfg), "the server verifying a given certificate takes the connection")
+		})
+	}
+}
+
 func TestCredentialsTLSConfigInvalid(t *testing.T) {
 	b := testcerts.New(t, testcerts.Options{DNSNames: []string{"svc"}})
 	tests := []struct {

@@ -27,7 +27,7 @@ func (a *Admin) ReloadTLS(ctx context.Context, node Node) error {
 		return err
 	}
 	cfg := a.tls.Clone()
-	cfg.Certificates = nil
+	cfg.Certificates, cfg.GetClientCertificate = nil, nil
 	c, cerr := valkey.NewClient(valkey.ClientOption{
 		InitAddress:       []string{a.remap(node.Addr)},
 		Username:          a.opts.Credentials.Username,

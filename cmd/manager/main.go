@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/reconciler/metrics"
+	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -54,6 +55,7 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		recheck         = fs.Duration("recheck-interval", reconciler.DefaultRecheckInterval, "re-check interval for Creating/Invalid clusters")
 		poll            = fs.Duration("poll-interval", reconciler.DefaultPollInterval, "progress poll interval while the operator acts on a cluster")
 		activePeriod    = fs.Duration("active-period", reconciler.DefaultActivePeriod, "how often a converged Active cluster is observed without any event")
+		slowStart       = fs.Duration("slow-start", plan.SlowStart, "how long a new pod may take to turn ready before a TopologyStalled Warning Event says so")
 		shutdownTimeout = fs.Duration("shutdown-timeout", 30*time.Second, "how long to wait for reconciles to finish on stop")
 	)
 	config.RegisterFlags(fs)
@@ -88,6 +90,7 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		RecheckInterval:  *recheck,
 		PollInterval:     *poll,
 		ActivePeriod:     *activePeriod,
+		SlowStart:        *slowStart,
 		Valkey:           reconciler.PoolValkey{Pool: pool},
 		Metrics:          recorder,
 

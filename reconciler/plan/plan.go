@@ -30,7 +30,8 @@ const (
 )
 
 // SlowStart is how long a pod may take to turn ready before waiting for it says so in a
-// Warning Event: pulling an image and starting Valkey take seconds, not minutes.
+// Warning Event: pulling an image and starting Valkey take seconds, not minutes. It is the
+// default of Observed.SlowStart (the operator's --slow-start).
 const SlowStart = 3 * time.Minute
 
 // lost reports whether the node's data is gone or going.
@@ -71,6 +72,9 @@ type Observed struct {
 	// (replaced). "" when the live configRef does not resolve: nothing is rolled then.
 	Hash  string
 	Nodes []Node
+	// SlowStart is how long a pod may take to turn ready before waiting for it is a warning;
+	// 0 means the package's SlowStart.
+	SlowStart time.Duration
 }
 
 // Kind names an action.
@@ -138,7 +142,8 @@ type Action struct {
 //     gone: its pod deleted, or flagged failing by its peers (never while it may still serve);
 //     a lost primary without any replica is dropped once surely gone (DropSlots, a warning:
 //     the data of its slots is lost);
-//  7. a node not ready yet: Wait (with a warning when unschedulable);
+//  7. a node not ready yet: Wait (with a warning when unschedulable, or not ready after
+//     Observed.SlowStart);
 //  8. slots nobody owns: AssignSlots to the empty primary of a shard without a slot-holding
 //     primary, else to the primary holding the fewest slots; but when no server holds or
 //     knows any slot (every copy is gone), Join: every shard forms at once, each with its

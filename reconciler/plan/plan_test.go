@@ -441,6 +441,12 @@ func TestNext(t *testing.T) {
 			return observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, slow: plan.SlowStart},
 				srv{name: "b2", shard: 2, life: plan.Joining, alone: true}))
 		}, plan.Action{Kind: plan.Wait, Warning: true}},
+		{"a shorter SlowStart warns sooner", func(t *testing.T) plan.Observed {
+			o := observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, slow: 20 * time.Second},
+				srv{name: "b2", shard: 2, life: plan.Joining, alone: true}))
+			o.SlowStart = 20 * time.Second
+			return o
+		}, plan.Action{Kind: plan.Wait, Warning: true}},
 		{"a scale-out undone while its pods cannot be scheduled retires them", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, append(formed2x1(),
 				srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, unsched: "0/6 nodes are available"},
@@ -615,4 +621,20 @@ func TestRoll(t *testing.T) {
 			assert.Equal(t, tt.want, got)
 		})
 	}
+}
+
+// The slow-start warning names the pod and the configured wait, which the operator's
+// --slow-start sets; without one it is SlowStart.
+func TestSlowStartMessage(t *testing.T) {
+	starting := func(slow time.Duration) plan.Observed {
+		return observed(t, 3, 1, append(formed2x1(), srv{name: "a2", shard: 2, life: plan.Joining, pod: plan.PodStarting, slow: slow},
+			srv{name: "b2", shard: 2, life: plan.Joining, alone: true}))
+	}
+	assert.Equal(t, "pod a2 has not become ready in 3m0s; see `kubectl describe pod a2`", plan.Next(starting(plan.SlowStart)).Reason)
+	o := starting(20 * time.Second)
+	o.SlowStart = 20 * time.Second
+	assert.Equal(t, "pod a2 has not become ready in 20s; see `kubectl describe pod a2`", plan.Next(o).Reason)
+	o = starting(19 * time.Second)
+	o.SlowStart = 20 * time.Second
+	assert.False(t, plan.Next(o).Warning, "not yet")
 }

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
@@ -102,12 +103,20 @@ func waitStarting(v view) (Action, bool) {
 		if n.Unschedulable != "" {
 			return Action{Kind: Wait, Warning: true, Reason: "pod " + n.Name + " cannot be scheduled: " + n.Unschedulable}, true
 		}
-		if n.NotReadyFor >= SlowStart {
-			return Action{Kind: Wait, Warning: true, Reason: fmt.Sprintf("pod %s has not become ready in %s; see `kubectl describe pod %s`", n.Name, SlowStart, n.Name)}, true
+		if slow := v.slowStart(); n.NotReadyFor >= slow {
+			return Action{Kind: Wait, Warning: true, Reason: fmt.Sprintf("pod %s has not become ready in %s; see `kubectl describe pod %s`", n.Name, slow, n.Name)}, true
 		}
 		return Action{Kind: Wait, Reason: n.Name + " is starting"}, true
 	}
 	return Action{}, false
+}
+
+// slowStart is how long a pod may take to turn ready before waitStarting warns.
+func (v view) slowStart() time.Duration {
+	if v.SlowStart > 0 {
+		return v.SlowStart
+	}
+	return SlowStart
 }
 
 // joined reports whether every node of a shard is in the cluster, one of them primary and
