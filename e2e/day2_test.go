@@ -290,6 +290,9 @@ func finishDay2Stopped(t *testing.T, w *day2Writer, res loadgen.Result, watch *s
 	if res.Failed > 0 {
 		t.Logf("e2e: %s: why writes were rejected: %v", what, res.Errors)
 	}
+	if res.MaxPause > 250*time.Millisecond {
+		t.Logf("e2e: %s: the longest pause: %s", what, res.Longest)
+	}
 	assert.Zero(t, lost, "acknowledged writes lost during %s; first: %v", what, first)
 	assert.Equal(t, []string{"Active"}, watch.states(), "the cluster reports Active throughout %s", what)
 }

@@ -170,7 +170,9 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 	}
 	actx, cancel := context.WithTimeout(ctx, actionTimeout)
 	defer cancel()
+	started := time.Now()
 	err := r.perform(actx, p, a)
+	p.log.Info("topology action ended", "action", a.Kind, "took", time.Since(started).Round(time.Millisecond).String(), "failed", err != nil)
 	if apierrors.IsConflict(err) || errors.Is(err, errStaleNodes) {
 		return again
 	}

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +48,43 @@ type Writer struct {
 	maxPause    time.Duration
 	outcomes    []Outcome
 	errs        map[string]int
+	// sinceAck are the writes that failed since the last acknowledged one; longest is the
+	// longest pause so far with the failures inside it.
+	sinceAck []Failure
+	longest  Pause
+}
+
+// Failure is one write that was not acknowledged: when it was sent and ended, its key and why.
+type Failure struct {
+	Start, End time.Time
+	Key        string
+	Err        string
+}
+
+// Pause is the longest stretch between two acknowledged writes and the writes that failed
+// in it, so a report can say what a pause was made of (a write that hung until its timeout,
+// a run of refusals from one address).
+type Pause struct {
+	From     time.Time // the acknowledged write before the pause ended
+	Length   time.Duration
+	Failures []Failure // at most maxPauseFailures, the first ones
+	// AckSent is when the write that ended the pause was sent: a write that waited out most
+	// of the pause (a paused or slow server) shows here.
+	AckSent time.Time
+}
+
+// maxPauseFailures bounds Pause.Failures.
+const maxPauseFailures = 64
+
+// String describes the pause with its failures' times relative to its start.
+func (p Pause) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s from %s", p.Length.Round(time.Millisecond), p.From.UTC().Format("15:04:05.000"))
+	for _, f := range p.Failures {
+		fmt.Fprintf(&b, "\n  +%s..+%s %s: %s", f.Start.Sub(p.From).Round(time.Millisecond), f.End.Sub(p.From).Round(time.Millisecond), f.Key, f.Err)
+	}
+	fmt.Fprintf(&b, "\n  +%s..+%s acknowledged", p.AckSent.Sub(p.From).Round(time.Millisecond), p.Length.Round(time.Millisecond))
+	return b.String()
 }
 
 // maxErrorKinds bounds Result.Errors: enough to tell a refusal from a timeout.
@@ -58,6 +96,7 @@ type Result struct {
 	Failed      int           // writes refused or timed out: never acknowledged, so never lost
 	Unconfirmed int           // with Replicas: taken by the primary, not confirmed by replicas
 	MaxPause    time.Duration // the longest time between two acknowledged writes
+	Longest     Pause         // that pause, with the writes that failed in it
 	Outcomes    []Outcome     // with Record: every write, in order
 	// UnconfirmedIdx are the indexes of the Unconfirmed writes, in order: with Acked, every
 	// write the primary acknowledged.
@@ -88,18 +127,30 @@ func (w *Writer) run() {
 			return
 		default:
 		}
+		start := time.Now()
 		acked, taken, err := w.write(i)
 		now := time.Now()
 		w.mu.Lock()
 		if err != nil {
 			w.countError(err)
 		}
+		if !acked && len(w.sinceAck) < maxPauseFailures {
+			why := "not confirmed by the replicas"
+			if err != nil {
+				why = err.Error()
+			}
+			w.sinceAck = append(w.sinceAck, Failure{Start: start, End: now, Key: w.o.Prefix + strconv.Itoa(i), Err: why})
+		}
 		if w.o.Record {
 			w.outcomes = append(w.outcomes, Outcome{End: now, Acked: acked})
 		}
 		switch {
 		case acked:
-			w.maxPause = max(w.maxPause, now.Sub(w.lastAck))
+			if pause := now.Sub(w.lastAck); pause > w.maxPause {
+				w.maxPause = pause
+				w.longest = Pause{From: w.lastAck, Length: pause, Failures: w.sinceAck, AckSent: start}
+			}
+			w.sinceAck = nil
 			w.lastAck = now
 			w.acked = append(w.acked, i)
 		case taken:
@@ -169,7 +220,7 @@ func (w *Writer) Stop() Result {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: len(w.unconfirmed), UnconfirmedIdx: w.unconfirmed, MaxPause: w.maxPause, Outcomes: w.outcomes, Errors: w.errs}
+	return Result{Acked: w.acked, Failed: w.failed, Unconfirmed: len(w.unconfirmed), UnconfirmedIdx: w.unconfirmed, MaxPause: w.maxPause, Longest: w.longest, Outcomes: w.outcomes, Errors: w.errs}
 }
 
 // Missing reads prefix+<i> for every i in keys through c and counts those that are gone or

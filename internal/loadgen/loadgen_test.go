@@ -58,3 +58,19 @@ func TestOutage(t *testing.T) {
 		})
 	}
 }
+
+func TestPauseString(t *testing.T) {
+	from := time.Date(2026, 12, 5, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return from.Add(time.Duration(ms) * time.Millisecond) }
+	p := Pause{From: from, Length: 1005 * time.Millisecond, AckSent: at(1004), Failures: []Failure{
+		{Start: at(2), End: at(1002), Key: "k1", Err: "context deadline exceeded"},
+		{Start: at(1002), End: at(1003), Key: "k2", Err: "connection refused"},
+	}}
+	want := "1.005s from 10:00:00.000\n" +
+		"  +2ms..+1.002s k1: context deadline exceeded\n" +
+		"  +1.002s..+1.003s k2: connection refused\n" +
+		"  +1.004s..+1.005s acknowledged"
+	if got := p.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}

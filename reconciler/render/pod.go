@@ -36,8 +36,15 @@ const (
 	ValkeyUID           = 999
 )
 
-// HandOverSeconds is how long a deleted pod keeps serving before SIGTERM (its preStop).
-const HandOverSeconds = 5
+// HandOverSeconds is how long a deleted pod keeps serving before SIGTERM (its preStop). The
+// operator hands a primary's slots over within a second of the deletion; the rest of the
+// window is for clients. After the failover the old primary answers MOVED, and a client
+// routes there until its next map refresh; a refresh can stall on addresses that no longer
+// answer for a whole dial timeout (valkey-go's 5 s) plus its refresh delay (up to 1 s). While
+// the old server still answers, such a client is redirected and its writes succeed; once it
+// is gone they hang until their timeout. With 5 s a client stalled that way paused writes for
+// a second in two of five CI runs of the drain test; 10 s covers the stall with margin.
+const HandOverSeconds = 10
 
 // The server container's readiness probe: every ReadinessPeriodSeconds, unready after
 // ReadinessFailureThreshold failures in a row (see Pod).
