@@ -2,12 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tidwall/gjson"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -357,17 +358,11 @@ func (b *bench) operatorTimeline(ctx context.Context, start, end time.Time) stri
 	}
 	var out []string
 	for _, l := range strings.Split(text, "\n") {
-		var e struct {
-			Msg string `json:"msg"`
-		}
-		if json.Unmarshal([]byte(l), &e) != nil {
-			continue
-		}
 		t, ok := logTime(l)
 		if !ok || t.Before(start) || t.After(end) {
 			continue
 		}
-		out = append(out, fmt.Sprintf("  %6.2f %s", t.Sub(start).Seconds(), e.Msg))
+		out = append(out, fmt.Sprintf("  %6.2f %s", t.Sub(start).Seconds(), gjson.Get(l, "msg").String()))
 	}
 	return strings.Join(out, "\n")
 }
