@@ -77,7 +77,7 @@ integration: valkey-image valkey-tools
 
 ## e2e: the dev cluster driven by the real kubectl (one test installs the operator's image from deploy/)
 e2e: prerequisites build image
-	$(GO_TEST) -tags e2e -timeout 30m ./e2e/...
+	$(GO_TEST) -tags e2e -timeout 45m ./e2e/...
 
 ## test: every tier
 test: lint prerequisites
