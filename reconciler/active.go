@@ -45,22 +45,10 @@ const (
 	serverWait = 500 * time.Millisecond
 )
 
-// Event reasons of the Active phase.
-const (
-	ReasonTopology      = "TopologyAction"
-	ReasonTopologyStall = "TopologyStalled"
-	ReasonTopologyFail  = "TopologyActionFailed"
-	ReasonNodeRetired   = "NodeRetired"
-	ReasonSlotsLost     = "SlotsLost" // also a total outage: every copy of the data lost
-	// ReasonStranger: a server of another cluster (met by hand, or through a reused pod IP)
-	// was found among a server's peers and forgotten.
-	ReasonStranger = "StrangerForgotten"
-)
-
 // observeActive connects and observes every node whose pod is ready (or is being deleted but
 // still runs), recording each server's ID, role and pod IP on its ValkeyNode.
 func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
-	if r.moves.busy(p.key) {
+	if r.memory.moving(p.key) {
 		// A slot move runs in the background (tasks.go). Nothing else touches the servers
 		// meanwhile: connecting with changed credentials (a rotated password, a new
 		// certificate) would close the pooled client the move is using.
@@ -93,7 +81,7 @@ func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 // rolls a shard. When it does not resolve, resolveConfig's Warning Event says so and nothing
 // is rolled or created until it does.
 func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
-	if ended, busy := r.moves.finished(p.key); busy {
+	if ended, busy := r.memory.moveFinished(p.key); busy {
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil) // it ended after observeActive looked
 	} else if ended != nil {
 		// Record how the move ended and what it moved, then plan from a fresh observation:
@@ -165,7 +153,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 		// A slot move may take minutes: it runs in the background (tasks.go) and a later
 		// pass reports it.
 		c, members := p.valkey, p.members
-		r.moves.start(ctx, p.key, a, func(ctx context.Context) (valkeyops.MoveStats, error) { return c.Rebalance(ctx, members, a.Nodes) })
+		r.memory.startMove(ctx, p.key, a, func(ctx context.Context) (valkeyops.MoveStats, error) { return c.Rebalance(ctx, members, a.Nodes) })
 		return again
 	}
 	actx, cancel := context.WithTimeout(ctx, actionTimeout)

@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/gomomento/valkey-operator/valkeyops"
@@ -18,13 +17,9 @@ import (
 // within this bound, an ACL someone changed on a server behind the operator's back.
 const credentialsRecheck = 5 * time.Minute
 
-// credentialChecks remembers, per cluster, the inputs of the last pass that found every
-// server holding exactly the credentials they call for, and when. The zero value is ready.
-type credentialChecks struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]credentialCheck
-}
-
+// credentialCheck is, per cluster, the inputs of the last pass that found every server
+// holding exactly the credentials they call for, and when (zero: none since the process
+// started, or since a change that must be read back).
 type credentialCheck struct {
 	inputs string
 	at     time.Time
@@ -52,21 +47,17 @@ func credentialInputs(p *pass) string {
 
 // fresh reports whether the cluster's servers were found converged on these very inputs
 // less than credentialsRecheck ago.
-func (c *credentialChecks) fresh(key types.NamespacedName, inputs string, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	last, ok := c.m[key]
-	return ok && last.inputs == inputs && now.Sub(last.at) < credentialsRecheck
+func (m *memory) credentialsFresh(key types.NamespacedName, inputs string, now time.Time) (fresh bool) {
+	m.peek(key, func(c *clusterMemory) {
+		last := c.credCheck
+		fresh = last.inputs != "" && last.inputs == inputs && now.Sub(last.at) < credentialsRecheck
+	})
+	return fresh
 }
 
 // converged records that every server of the cluster holds what inputs call for.
-func (c *credentialChecks) converged(key types.NamespacedName, inputs string, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[types.NamespacedName]credentialCheck{}
-	}
-	c.m[key] = credentialCheck{inputs: inputs, at: now}
+func (m *memory) credentialsConverged(key types.NamespacedName, inputs string, now time.Time) {
+	m.with(key, func(c *clusterMemory) { c.credCheck = credentialCheck{inputs: inputs, at: now} })
 }
 
 // idle reports a plan that changes nothing: every server read holds what it should.
@@ -85,11 +76,4 @@ func allRead(held []valkeyops.AuthState, nodes int) bool {
 		}
 	}
 	return true
-}
-
-// forget drops the cluster (deleted, or a change was made that must be read back).
-func (c *credentialChecks) forget(key types.NamespacedName) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, key)
 }

@@ -16,15 +16,15 @@ import (
 func TestCredentialChecks(t *testing.T) {
 	key := types.NamespacedName{Namespace: "ns", Name: "c"}
 	t0 := time.Date(2026, 12, 3, 0, 0, 0, 0, time.UTC)
-	var c credentialChecks
-	assert.False(t, c.fresh(key, "a", t0), "never checked")
-	c.converged(key, "a", t0)
-	assert.True(t, c.fresh(key, "a", t0.Add(credentialsRecheck-time.Second)))
-	assert.False(t, c.fresh(key, "b", t0.Add(time.Second)), "inputs changed")
-	assert.False(t, c.fresh(key, "a", t0.Add(credentialsRecheck)), "recheck due")
-	assert.False(t, c.fresh(types.NamespacedName{Namespace: "ns", Name: "other"}, "a", t0), "per cluster")
-	c.forget(key)
-	assert.False(t, c.fresh(key, "a", t0), "forgotten")
+	var m memory
+	assert.False(t, m.credentialsFresh(key, "a", t0), "never checked")
+	m.credentialsConverged(key, "a", t0)
+	assert.True(t, m.credentialsFresh(key, "a", t0.Add(credentialsRecheck-time.Second)))
+	assert.False(t, m.credentialsFresh(key, "b", t0.Add(time.Second)), "inputs changed")
+	assert.False(t, m.credentialsFresh(key, "a", t0.Add(credentialsRecheck)), "recheck due")
+	assert.False(t, m.credentialsFresh(types.NamespacedName{Namespace: "ns", Name: "other"}, "a", t0), "per cluster")
+	m.forget(key)
+	assert.False(t, m.credentialsFresh(key, "a", t0), "forgotten")
 }
 
 // TestCredentialInputs: what decides the servers' credentials changes the fingerprint.

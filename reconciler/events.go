@@ -5,25 +5,50 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// Event reasons (stable, for `kubectl get events` filters).
+// Event reasons, every one the reconciler records (stable, for `kubectl get events` filters
+// and alerts). A Warning reason stands until its condition clears (warn, clearWarning); a
+// Normal one records something that happened.
 const (
-	ReasonStateChanged      = "StateChanged"
+	// Warnings of the cluster as a whole.
 	ReasonInvalidTLS        = "InvalidTLSSecret"
 	ReasonCertExpired       = "CertificateExpired"
 	ReasonConfigUnresolved  = "ConfigUnresolved"
+	ReasonConfigRejected    = "ConfigRejected" // a setting valkey-server refused at start-up
 	ReasonRoleMissing       = "RoleMissing"
 	ReasonACLRejected       = "ACLRejected"
+	ReasonSecretUnavailable = "AuthSecretUnavailable"
+	ReasonObjectConflict    = "ObjectConflict"
+	ReasonPodsUnschedulable = "PodsUnschedulable"
+	ReasonConnectFailed     = "ConnectFailed"
+	ReasonObserveFailed     = "ObserveFailed"
+	ReasonBootstrapFailed   = "BootstrapFailed"
+
+	// Warnings of the Active phase's topology.
+	ReasonTopologyStall = "TopologyStalled"
+	ReasonTopologyFail  = "TopologyActionFailed"
+	ReasonSlotsLost     = "SlotsLost" // also a total outage: every copy of the data lost
+	// ReasonStranger: a server of another cluster (met by hand, or through a reused pod IP)
+	// was found among a server's peers and forgotten.
+	ReasonStranger = "StrangerForgotten"
+
+	// Warnings of live credentials and certificates.
+	ReasonACLApplyFailed   = "ACLApplyFailed"
+	ReasonCertNotServed    = "CertificateNotServed"
+	ReasonCertReloadFailed = "CertificateReloadFailed"
+	ReasonCertUntrusted    = "CertificateUntrusted"
+	ReasonCertNotMounted   = "CertificateSecretNotMounted"
+
+	// Normal: what the operator did.
+	ReasonStateChanged      = "StateChanged"
 	ReasonNodeCreated       = "NodeCreated"
 	ReasonPodCreated        = "PodCreated"
 	ReasonBootstrap         = "Bootstrap"
-	ReasonBootstrapFailed   = "BootstrapFailed"
-	ReasonObserveFailed     = "ObserveFailed"
 	ReasonClusterFormed     = "ClusterFormed"
-	ReasonSecretUnavailable = "AuthSecretUnavailable"
-	ReasonConnectFailed     = "ConnectFailed"
-	ReasonObjectConflict    = "ObjectConflict"
-	ReasonPodsUnschedulable = "PodsUnschedulable"
-	ReasonConfigRejected    = "ConfigRejected" // a setting valkey-server refused at start-up
+	ReasonTopology          = "TopologyAction"
+	ReasonNodeRetired       = "NodeRetired"
+	ReasonACLApplied        = "ACLApplied"
+	ReasonCredentialRotated = "CredentialRotated"
+	ReasonCertRotated       = "CertificateRotated"
 )
 
 // event records a Normal Event on the cluster. events.k8s.io folds Events with the same
@@ -39,15 +64,14 @@ func (r *Reconciler) event(p *pass, related runtime.Object, reason, action, form
 // from the one remembered before: idempotent steps re-run every pass, and an Event per pass
 // would bury the one that matters.
 func (r *Reconciler) firstTime(p *pass, reason, msg string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	m := r.warned[p.key]
-	if m == nil {
-		m = map[string]string{}
-		r.warned[p.key] = m
-	}
-	repeat := m[reason] == msg
-	m[reason] = msg
+	repeat := false
+	r.memory.with(p.key, func(c *clusterMemory) {
+		if c.warned == nil {
+			c.warned = map[string]string{}
+		}
+		repeat = c.warned[reason] == msg
+		c.warned[reason] = msg
+	})
 	return !repeat
 }
 
@@ -76,7 +100,5 @@ func (r *Reconciler) noteOnce(p *pass, reason, action, msg string) {
 
 // clearWarning forgets a warning so that a recurrence is reported again.
 func (r *Reconciler) clearWarning(p *pass, reason string) {
-	r.mu.Lock()
-	delete(r.warned[p.key], reason)
-	r.mu.Unlock()
+	r.memory.peek(p.key, func(c *clusterMemory) { delete(c.warned, reason) })
 }

@@ -42,8 +42,8 @@ func TestPodEventsInterruptReads(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var reads serverReads
-			ctx, end := reads.begin(context.Background(), types.NamespacedName{Namespace: "ns", Name: "c1"})
+			var reads memory
+			ctx, end := reads.readsBegin(context.Background(), types.NamespacedName{Namespace: "ns", Name: "c1"})
 			defer end()
 			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
 			defer q.ShutDown()
@@ -60,9 +60,9 @@ func TestPodEventsInterruptReads(t *testing.T) {
 // TestServerReadsEnd: reads that ended are not interrupted afterwards, and a context ended
 // normally does not count as interrupted.
 func TestServerReadsEnd(t *testing.T) {
-	var reads serverReads
+	var reads memory
 	key := types.NamespacedName{Namespace: "ns", Name: "c1"}
-	ctx, end := reads.begin(context.Background(), key)
+	ctx, end := reads.readsBegin(context.Background(), key)
 	end()
 	reads.serverExited(key)
 	assert.Error(t, ctx.Err(), "ended")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/valkeyops"
@@ -46,13 +45,6 @@ import (
 // it keeps logging in with the password of the login its pod was created under. That pod's
 // server alone keeps accepting it (the pod's AnnotationExporterPassword names its hash) until
 // the pod is replaced; it opens nothing but the exporter user's statistics.
-
-// Event reasons of the live credentials step.
-const (
-	ReasonACLApplied        = "ACLApplied"
-	ReasonACLApplyFailed    = "ACLApplyFailed"
-	ReasonCredentialRotated = "CredentialRotated"
-)
 
 // credentialsPlan is what one pass changes on the servers.
 type credentialsPlan struct {
@@ -235,7 +227,7 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 		return nil
 	}
 	inputs := credentialInputs(p)
-	if r.credChecks.fresh(p.key, inputs, r.opts.Now()) {
+	if r.memory.credentialsFresh(p.key, inputs, r.opts.Now()) {
 		return nil // read and found converged on these inputs a moment ago (credcheck.go)
 	}
 	actx, cancel := context.WithTimeout(ctx, observeTimeout)
@@ -251,7 +243,7 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 	}
 	for _, st := range held {
 		if st.Err == nil {
-			r.logins.set(p.key, p.operatorPassword) // it works: remembered should the record go
+			r.memory.loggedIn(p.key, p.operatorPassword) // it works: remembered should the record go
 			break
 		}
 	}
@@ -261,7 +253,7 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 	}
 	plan := planCredentials(p.acl, p.operatorPassword, p.operatorPasswordWanted, names, held, exporterLogins(p))
 	if plan.idle() && allRead(held, len(p.nodes)) {
-		r.credChecks.converged(p.key, inputs, r.opts.Now())
+		r.memory.credentialsConverged(p.key, inputs, r.opts.Now())
 	}
 
 	fail := func(action string, err error) *outcome {
@@ -294,7 +286,7 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 	if err := r.recordLogin(ctx, p, p.operatorPasswordWanted); err != nil {
 		return r.applied(p, "AuthRecord", err)
 	}
-	r.logins.set(p.key, p.operatorPasswordWanted)
+	r.memory.loggedIn(p.key, p.operatorPasswordWanted)
 	r.event(p, nil, ReasonCredentialRotated, "SwitchOperatorLogin", "Every node accepts the new operator password; the operator logs in with it from now on")
 	// The next pass logs in with the new password and retires the old one.
 	return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
@@ -327,7 +319,7 @@ func (r *Reconciler) loginPassword(ctx context.Context, p *pass) (pw string, fou
 	case !apierrors.IsNotFound(err):
 		return "", false, err
 	}
-	if v := r.logins.get(p.key); v != "" {
+	if v := r.memory.login(p.key); v != "" {
 		return v, true, nil
 	}
 	return "", false, nil
@@ -344,33 +336,16 @@ func (r *Reconciler) recordLogin(ctx context.Context, p *pass, pw string) error 
 	})
 }
 
-// loginMemory is, per cluster, the operator password this process last logged in with. It
-// is the fallback when {cluster}-auth-applied is deleted: the servers still accept it. The
-// zero value is ready to use.
-type loginMemory struct {
-	mu sync.Mutex
-	m  map[types.NamespacedName]string
+// login is the operator password this process last logged in to the cluster's servers with.
+// It is the fallback when {cluster}-auth-applied is deleted: the servers still accept it.
+func (m *memory) login(key types.NamespacedName) (pw string) {
+	m.peek(key, func(c *clusterMemory) { pw = c.login })
+	return pw
 }
 
-func (l *loginMemory) get(key types.NamespacedName) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.m[key]
-}
-
-func (l *loginMemory) set(key types.NamespacedName, pw string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m == nil {
-		l.m = map[types.NamespacedName]string{}
-	}
-	l.m[key] = pw
-}
-
-func (l *loginMemory) forget(key types.NamespacedName) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.m, key)
+// loggedIn remembers pw as the password the cluster's servers accept.
+func (m *memory) loggedIn(key types.NamespacedName, pw string) {
+	m.with(key, func(c *clusterMemory) { c.login = pw })
 }
 
 // readAuth reads the users and replication login of every member this pass's observation

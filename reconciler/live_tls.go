@@ -47,15 +47,6 @@ import (
 // sync period (one minute by default) plus its cache's delay, with a margin.
 const tlsRefreshWindow = 2 * time.Minute
 
-// Event reasons of certificate rotation.
-const (
-	ReasonCertRotated      = "CertificateRotated"
-	ReasonCertNotServed    = "CertificateNotServed"
-	ReasonCertReloadFailed = "CertificateReloadFailed"
-	ReasonCertUntrusted    = "CertificateUntrusted"
-	ReasonCertNotMounted   = "CertificateSecretNotMounted"
-)
-
 // certRetry is the wait before the k-th retry (k >= 1) of a reload that left a node serving
 // the old certificate: 1, 1, 2, then 4 s. Short, because on the dev cluster the volume is
 // refreshed within a second; capped, so a minute-long kubelet refresh costs about fifteen
@@ -223,15 +214,14 @@ func leafOf(bundle []byte) (*x509.Certificate, error) {
 }
 
 // rollout returns the cluster's certificate rollout, creating it on first use.
-func (r *Reconciler) rollout(key types.NamespacedName) *certRollout {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c := r.certs[key]
-	if c == nil {
-		c = &certRollout{nodes: map[string]*nodeCert{}}
-		r.certs[key] = c
-	}
-	return c
+func (r *Reconciler) rollout(key types.NamespacedName) (rollout *certRollout) {
+	r.memory.with(key, func(c *clusterMemory) {
+		if c.cert == nil {
+			c.cert = &certRollout{nodes: map[string]*nodeCert{}}
+		}
+		rollout = c.cert
+	})
+	return rollout
 }
 
 // rotateCertificates is the Active step that gets the Secret's certificate served by every

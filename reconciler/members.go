@@ -76,25 +76,26 @@ func (r *Reconciler) loadMembers(ctx context.Context, p *pass) *outcome {
 
 // expect remembers a node created (present) or deleted in this pass until the cache agrees.
 func (r *Reconciler) expect(p *pass, name string, present bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.expected[p.key] == nil {
-		r.expected[p.key] = map[string]expectation{}
-	}
-	r.expected[p.key][name] = expectation{at: time.Now(), present: present}
+	r.memory.with(p.key, func(c *clusterMemory) {
+		if c.expected == nil {
+			c.expected = map[string]expectation{}
+		}
+		c.expected[name] = expectation{at: time.Now(), present: present}
+	})
 }
 
 // pendingWrites drops the expectations the cache now meets (or that timed out) and counts
 // the rest.
-func (r *Reconciler) pendingWrites(cluster types.NamespacedName, seen map[string]bool) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for name, e := range r.expected[cluster] {
-		if seen[name] == e.present || time.Since(e.at) > expectTimeout {
-			delete(r.expected[cluster], name)
+func (r *Reconciler) pendingWrites(cluster types.NamespacedName, seen map[string]bool) (pending int) {
+	r.memory.peek(cluster, func(c *clusterMemory) {
+		for name, e := range c.expected {
+			if seen[name] == e.present || time.Since(e.at) > expectTimeout {
+				delete(c.expected, name)
+			}
 		}
-	}
-	return len(r.expected[cluster])
+		pending = len(c.expected)
+	})
+	return pending
 }
 
 // setNodeStatus applies mutate to a node's status and writes it only if it changed.

@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -126,24 +125,8 @@ type Reconciler struct {
 	apiReader client.Reader
 	opts      Options
 
-	// expected holds, per cluster, ValkeyNodes created or deleted that the informer cache
-	// does not show yet. Until it catches up the cluster is not acted on, so a stale list can
-	// never double a shard or retire a node twice.
-	mu       sync.Mutex
-	expected map[types.NamespacedName]map[string]expectation
-	// warned remembers the last Event message per cluster and reason; see firstTime.
-	warned map[types.NamespacedName]map[string]string
-	// moves runs long slot moves in the background, one per cluster (tasks.go).
-	moves tasks
-	// certs holds, per cluster, the certificate rollout under way (live_tls.go).
-	certs map[types.NamespacedName]*certRollout
-	// logins remembers the operator password each cluster last accepted (live_acl.go).
-	logins loginMemory
-	// credChecks remembers which clusters' servers were found holding the wanted
-	// credentials, so idle passes need not read them again (credcheck.go).
-	credChecks credentialChecks
-	// reads lets a pod event cut short a pass's reads of its servers (interrupt.go).
-	reads serverReads
+	// memory is what the reconciler keeps of each cluster between passes (memory.go).
+	memory memory
 }
 
 // New returns a Reconciler reading through c (the manager's cache-backed client) and
@@ -170,14 +153,7 @@ func New(c client.Client, apiReader client.Reader, opts Options) *Reconciler {
 	if apiReader == nil {
 		apiReader = c
 	}
-	return &Reconciler{
-		client:    c,
-		apiReader: apiReader,
-		opts:      opts,
-		expected:  map[types.NamespacedName]map[string]expectation{},
-		warned:    map[types.NamespacedName]map[string]string{},
-		certs:     map[types.NamespacedName]*certRollout{},
-	}
+	return &Reconciler{client: c, apiReader: apiReader, opts: opts}
 }
 
 // Settings are the operator settings this reconciler applies.
@@ -341,14 +317,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 
 // forget drops what the reconciler remembers of a cluster that is gone.
 func (r *Reconciler) forget(key types.NamespacedName) {
-	r.mu.Lock()
-	delete(r.expected, key)
-	delete(r.warned, key)
-	delete(r.certs, key)
-	r.mu.Unlock()
-	r.logins.forget(key)
-	r.credChecks.forget(key)
-	r.moves.stop(key)
+	r.memory.forget(key)
 	if r.opts.Metrics != nil {
 		r.opts.Metrics.ClusterGone(key)
 	}

@@ -51,7 +51,7 @@ func (r *Reconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error {
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
-		Watches(&corev1.Pod{}, newPodEvents(&r.reads)).
+		Watches(&corev1.Pod{}, newPodEvents(&r.memory)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToClusters), builder.WithPredicates(maintenanceChanged())).
 		WatchesRawSource(source.Kind[client.Object](names, SecretMetadata(), handler.EnqueueRequestsFromMapFunc(r.tlsSecretToClusters))).
 		Watches(views.NewConfigObject(), handler.EnqueueRequestsFromMapFunc(r.configToClusters)).
