@@ -26,7 +26,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // TestBadInputLeavesRunningClusterUntouched is reconciler/badinput_test.go on real parts: the
@@ -368,7 +368,7 @@ func (n *ns) badInputSnapshot(cluster, pw string, writeCommands map[string]bool)
 // badInputServerState reads one server over a single connection as the operator's user.
 func (n *ns) badInputServerState(ip, pw string, writeCommands map[string]bool) badInputServer {
 	n.t.Helper()
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: valkeyops.OperatorUser, Password: pw,
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: model.OperatorUser, Password: pw,
 		ForceSingleClient: true, DisableCache: true, Dialer: dialer()})
 	require.NoError(n.t, err, "connecting to %s", ip)
 	defer c.Close()

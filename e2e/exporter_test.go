@@ -18,7 +18,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/promscrape"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // TestExporter: a ValkeyConfig with spec.exporter.enabled gives every pod of a 3x1 cluster
@@ -60,7 +60,7 @@ func TestExporter(t *testing.T) {
 		require.NoError(t, err)
 		seen := n.docker("inspect", "--format", "{{json .Config.Env}} {{json .Config.Cmd}} {{json .Config.Entrypoint}} {{json .Config.Labels}}",
 			n.containerNamed(name, render.ExporterContainerName))
-		for _, secret := range []string{oldOp, valkeyops.ExporterPassword(oldOp), valkeyops.ReplicationPassword(oldOp)} {
+		for _, secret := range []string{oldOp, model.ExporterPassword(oldOp), model.ReplicationPassword(oldOp)} {
 			assert.NotContains(t, string(whole), secret, "%s: a password in the pod", name)
 			assert.NotContains(t, seen, secret, "%s: a password in the sidecar's Docker config", name)
 		}
@@ -71,7 +71,7 @@ func TestExporter(t *testing.T) {
 	edited := n.patchSecret(cluster+"-auth", render.AuthOperatorPasswordKey, newOp)
 	n.waitOperatorRotated(cluster, oldOp, newOp)
 	t.Logf("e2e: the operator password rotated %.2fs after the kubectl patch", time.Since(edited).Seconds())
-	n.waitExporterLogins(cluster, map[string]bool{valkeyops.ExporterPassword(oldOp): true, valkeyops.ExporterPassword(newOp): true})
+	n.waitExporterLogins(cluster, map[string]bool{model.ExporterPassword(oldOp): true, model.ExporterPassword(newOp): true})
 	n.waitExporters(cluster, keys)
 
 	// A primary's exporter is killed: its supervisor starts it again, and the pod stays Ready
@@ -126,7 +126,7 @@ func TestExporter(t *testing.T) {
 			assert.NotContains(t, pod.Annotations, render.AnnotationExporterPassword, name)
 		}
 	}
-	n.waitExporterLogins(cluster, map[string]bool{valkeyops.ExporterPassword(oldOp): false, valkeyops.ExporterPassword(newOp): true})
+	n.waitExporterLogins(cluster, map[string]bool{model.ExporterPassword(oldOp): false, model.ExporterPassword(newOp): true})
 }
 
 // waitExporters waits until the exporter of every pod of the cluster reports redis_up 1 and
@@ -180,7 +180,7 @@ func (n *ns) waitExporterLogins(cluster string, want map[string]bool) {
 
 // exporterLogin opens a fresh connection to addr as the exporter user and reads INFO server.
 func exporterLogin(addr, password string) error {
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: valkeyops.ExporterUser, Password: password,
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: model.ExporterUser, Password: password,
 		ForceSingleClient: true, DisableCache: true, DisableRetry: true, Dialer: dialer()})
 	if err != nil {
 		return err

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/clusterview"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // leaseTakeoverBound is how long a standby may need to take a dead leader's Lease. client-go
@@ -122,14 +122,14 @@ func (n *ns) shardSlots(cluster, shard, operatorPw string) (slots int, agreed bo
 		if err != nil {
 			return 0, false, err
 		}
-		view, err := valkeyops.ParseClusterNodes(text)
+		view, err := model.ParseClusterNodes(text)
 		if err != nil {
 			return 0, false, err
 		}
 		total := 0
 		for _, cn := range view {
 			if inShard[cn.IP] {
-				total += valkeyops.CountSlots(cn.Slots)
+				total += model.CountSlots(cn.Slots)
 			}
 		}
 		seen[total] = true

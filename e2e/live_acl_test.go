@@ -20,7 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // Live ACL and auth Secret rotation on a running 2x1 cluster, driven by kubectl while a
@@ -270,7 +270,7 @@ func (n *ns) patchSecret(name, key, value string) time.Time {
 func (n *ns) waitOperatorRotated(cluster, oldPw, newPw string) {
 	n.t.Helper()
 	n.waitLogins(cluster, "operator", map[string]bool{oldPw: false, newPw: true})
-	n.waitLogins(cluster, valkeyops.ReplicationUser, map[string]bool{valkeyops.ReplicationPassword(oldPw): false, valkeyops.ReplicationPassword(newPw): true})
+	n.waitLogins(cluster, model.ReplicationUser, map[string]bool{model.ReplicationPassword(oldPw): false, model.ReplicationPassword(newPw): true})
 	n.eventually(time.Minute, 100*time.Millisecond, "masterauth and the mounted replication login follow", func() (bool, string, error) {
 		for _, ip := range n.podIPs(cluster) {
 			msg, err := operatorCommand(ip, newPw, "CONFIG", "GET", "masterauth")
@@ -281,11 +281,11 @@ func (n *ns) waitOperatorRotated(cluster, oldPw, newPw string) {
 			if err != nil {
 				return false, err.Error(), nil
 			}
-			if got["masterauth"] != valkeyops.ReplicationPassword(newPw) {
+			if got["masterauth"] != model.ReplicationPassword(newPw) {
 				return false, ip + " replicates with another password", nil
 			}
 		}
-		if conf := n.secretValue(cluster+"-auth", "replication.conf"); conf != "masteruser replication\nmasterauth "+valkeyops.ReplicationPassword(newPw)+"\n" {
+		if conf := n.secretValue(cluster+"-auth", "replication.conf"); conf != "masteruser replication\nmasterauth "+model.ReplicationPassword(newPw)+"\n" {
 			return false, "replication.conf not yet the new login", nil
 		}
 		return n.secretValue(cluster+"-auth-applied", "operator-password") == newPw, "record", nil

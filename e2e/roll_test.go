@@ -11,7 +11,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/clusterview"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/valkey-io/valkey-go"
@@ -91,7 +91,7 @@ func (n *ns) eachServer(cluster string, cmd ...string) map[string]string {
 	password := n.secretValue(cluster+"-auth", render.AuthOperatorPasswordKey)
 	out := map[string]string{}
 	for _, ip := range n.podIPs(cluster) {
-		c := newClient(n.t, valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: valkeyops.OperatorUser, Password: password, ForceSingleClient: true})
+		c := newClient(n.t, valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: model.OperatorUser, Password: password, ForceSingleClient: true})
 		ctx, cancel := ctxTimeout(10 * time.Second)
 		resp := c.Do(ctx, c.B().Arbitrary(cmd...).Build())
 		cancel()

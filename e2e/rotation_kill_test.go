@@ -16,7 +16,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // TestRotationKillHalfway rotates both passwords of a 2x1 cluster's auth Secret at once (the
@@ -52,7 +52,7 @@ func TestRotationKillHalfway(t *testing.T) {
 	require.Len(t, ips, 4)
 	conns := map[string]valkey.Client{}
 	for _, ip := range ips {
-		conns[ip] = newClient(t, valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: valkeyops.OperatorUser, Password: oldOp, ForceSingleClient: true})
+		conns[ip] = newClient(t, valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: model.OperatorUser, Password: oldOp, ForceSingleClient: true})
 	}
 	hashes := func() (map[string][]string, error) {
 		out := map[string][]string{}
@@ -115,10 +115,10 @@ func TestRotationKillHalfway(t *testing.T) {
 			want := 1
 			if slices.Contains(h, newHash) {
 				want = 2
-				assert.NoError(t, tryLogin(ip+":6379", valkeyops.OperatorUser, newOp), "%s accepts the new operator password", ip)
+				assert.NoError(t, tryLogin(ip+":6379", model.OperatorUser, newOp), "%s accepts the new operator password", ip)
 			}
 			assert.Len(t, h, want, "%s: the operator user accepts exactly the old password, or the old and the new", ip)
-			assert.NoError(t, tryLogin(ip+":6379", valkeyops.OperatorUser, oldOp), "%s still accepts the old operator password", ip)
+			assert.NoError(t, tryLogin(ip+":6379", model.OperatorUser, oldOp), "%s still accepts the old operator password", ip)
 		}
 		// The Secrets hold both sides: the wanted password, and the login the servers are
 		// known to accept (the old one until every server holds the new one; the new one
@@ -134,7 +134,7 @@ func TestRotationKillHalfway(t *testing.T) {
 	n.waitLogins(cluster, "default", map[string]bool{oldApp: false, newApp: true})
 	t.Logf("e2e: rotation finished %.2fs after the new operator started", time.Since(restarted).Seconds())
 	for _, ip := range n.podIPs(cluster) {
-		c := newClient(t, valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: valkeyops.OperatorUser, Password: newOp, ForceSingleClient: true})
+		c := newClient(t, valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: model.OperatorUser, Password: newOp, ForceSingleClient: true})
 		h, err := operatorHashes(c)
 		if assert.NoError(t, err, "%s", ip) {
 			assert.Equal(t, []string{newHash}, h, "%s: the operator user accepts only the new password", ip)
@@ -171,7 +171,7 @@ func TestRotationKillHalfway(t *testing.T) {
 func operatorHashes(c valkey.Client) ([]string, error) {
 	ctx, cancel := ctxTimeout(5 * time.Second)
 	defer cancel()
-	m, err := c.Do(ctx, c.B().AclGetuser().Username(valkeyops.OperatorUser).Build()).AsMap()
+	m, err := c.Do(ctx, c.B().AclGetuser().Username(model.OperatorUser).Build()).AsMap()
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -54,7 +54,7 @@ func TestStranger(t *testing.T) {
 			return false, err.Error(), nil
 		}
 		peer := peerOf(view, id["b"])
-		return peer != nil && !peer.HasFlag("handshake"), describeView(view), nil
+		return peer != nil && !peer.InHandshake(), describeView(view), nil
 	})
 	// What the merge did, before the operator separates them (it observes an idle cluster
 	// every 30 s).
@@ -114,7 +114,7 @@ func TestStranger(t *testing.T) {
 }
 
 // view is CLUSTER NODES of the server at ip, read as the operator.
-func (n *ns) view(ip, operatorPw string) ([]valkeyops.ClusterNode, error) {
+func (n *ns) view(ip, operatorPw string) ([]model.ClusterNode, error) {
 	msg, err := operatorCommand(ip, operatorPw, "CLUSTER", "NODES")
 	if err != nil {
 		return nil, err
@@ -123,10 +123,10 @@ func (n *ns) view(ip, operatorPw string) ([]valkeyops.ClusterNode, error) {
 	if err != nil {
 		return nil, err
 	}
-	return valkeyops.ParseClusterNodes(strings.TrimPrefix(text, "txt:"))
+	return model.ParseClusterNodes(strings.TrimPrefix(text, "txt:"))
 }
 
-func peerOf(view []valkeyops.ClusterNode, id string) *valkeyops.ClusterNode {
+func peerOf(view []model.ClusterNode, id string) *model.ClusterNode {
 	for i := range view {
 		if view[i].ID == id {
 			return &view[i]
@@ -136,10 +136,10 @@ func peerOf(view []valkeyops.ClusterNode, id string) *valkeyops.ClusterNode {
 }
 
 // describeView is one line per node: ID, address, flags, config epoch and slot count.
-func describeView(view []valkeyops.ClusterNode) string {
+func describeView(view []model.ClusterNode) string {
 	var parts []string
 	for _, cn := range view {
-		parts = append(parts, fmt.Sprintf("%s %s %s epoch=%d slots=%d", cn.ID[:8], cn.Addr(), strings.Join(cn.Flags, ","), cn.ConfigEpoch, valkeyops.CountSlots(cn.Slots)))
+		parts = append(parts, fmt.Sprintf("%s %s %s epoch=%d slots=%d", cn.ID[:8], cn.Addr(), strings.Join(cn.Flags, ","), cn.ConfigEpoch, model.CountSlots(cn.Slots)))
 	}
 	return strings.Join(parts, "; ")
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // A user can do exactly what its role allows, and a live ACL change (no restart) takes effect
@@ -24,13 +25,13 @@ func TestACLLiveChange(t *testing.T) {
 		t.Run(image, func(t *testing.T) {
 			t.Parallel()
 			const appPassword = "app-secret"
-			readOnly := valkeyops.ACLUser{
+			readOnly := model.ACLUser{
 				Name:           "app",
-				PasswordHashes: []string{valkeyops.HashPassword(appPassword)},
-				Permissions: []valkeyops.ACLPermission{{
-					Categories: []valkeyops.ACLRule{{Name: "read", Allow: true}, {Name: "connection", Allow: true}},
-					Commands:   []valkeyops.ACLRule{{Name: "cluster|slots", Allow: true}, {Name: "cluster|shards", Allow: true}, {Name: "cluster|nodes", Allow: true}},
-					Keys:       []valkeyops.KeyPattern{{Pattern: "app:*", Access: "read"}},
+				PasswordHashes: []string{model.HashPassword(appPassword)},
+				Permissions: []model.ACLPermission{{
+					Categories: []model.ACLRule{{Name: "read", Allow: true}, {Name: "connection", Allow: true}},
+					Commands:   []model.ACLRule{{Name: "cluster|slots", Allow: true}, {Name: "cluster|shards", Allow: true}, {Name: "cluster|nodes", Allow: true}},
+					Keys:       []model.KeyPattern{{Pattern: "app:*", Access: "read"}},
 				}},
 			}
 			f := newFixture(t, harness.Config{Image: image, ACL: aclSpec(readOnly)}, 3, 1, valkeyops.Options{})
@@ -55,13 +56,13 @@ func TestACLLiveChange(t *testing.T) {
 
 			// Live change: read-write on app:*, plus a selector granting SET on tmp:*.
 			readWrite := readOnly
-			readWrite.Permissions = []valkeyops.ACLPermission{
+			readWrite.Permissions = []model.ACLPermission{
 				{
-					Categories: []valkeyops.ACLRule{{Name: "read", Allow: true}, {Name: "write", Allow: true}, {Name: "connection", Allow: true}},
-					Commands:   []valkeyops.ACLRule{{Name: "cluster|slots", Allow: true}, {Name: "cluster|shards", Allow: true}, {Name: "cluster|nodes", Allow: true}, {Name: "del", Allow: false}},
-					Keys:       []valkeyops.KeyPattern{{Pattern: "app:*", Access: "readwrite"}},
+					Categories: []model.ACLRule{{Name: "read", Allow: true}, {Name: "write", Allow: true}, {Name: "connection", Allow: true}},
+					Commands:   []model.ACLRule{{Name: "cluster|slots", Allow: true}, {Name: "cluster|shards", Allow: true}, {Name: "cluster|nodes", Allow: true}, {Name: "del", Allow: false}},
+					Keys:       []model.KeyPattern{{Pattern: "app:*", Access: "readwrite"}},
 				},
-				{Commands: []valkeyops.ACLRule{{Name: "set", Allow: true}}, Keys: []valkeyops.KeyPattern{{Pattern: "tmp:*", Access: "write"}}},
+				{Commands: []model.ACLRule{{Name: "set", Allow: true}}, Keys: []model.KeyPattern{{Pattern: "tmp:*", Access: "write"}}},
 			}
 			require.NoError(t, f.admin.ApplyACL(ctx, f.nodes, aclSpec(readWrite)))
 			require.NoError(t, set("app:2"), "write now allowed on app:*")
@@ -104,14 +105,14 @@ func TestCommandTablesMatchServers(t *testing.T) {
 			require.NotEmpty(t, version)
 			live, err := f.admin.Commands(ctx, f.nodes[0])
 			require.NoError(t, err)
-			table, release := valkeyops.KnownCommands(version)
+			table, release := model.KnownCommands(version)
 			require.True(t, strings.HasPrefix(version, release+"."), "a table for %s itself (run hack/valkey-commands.sh)", version)
-			assert.Equal(t, live.Format(), table.Format(), "valkeyops/commands/valkey-%s.txt is out of date: run hack/valkey-commands.sh", release)
+			assert.Equal(t, live.Format(), table.Format(), "valkeyops/model/commands/valkey-%s.txt is out of date: run hack/valkey-commands.sh", release)
 
 			for _, rule := range []string{"+get", "+nosuchcmd", "+config|get", "-config|set", "+config|nosuch", "+select|0", "-select|0", "+hsetex", "+CLIENT|LIST"} {
-				spec := valkeyops.ACLSpec{Users: []valkeyops.ACLUser{{Name: "probe", Permissions: []valkeyops.ACLPermission{{
-					Commands: []valkeyops.ACLRule{{Name: rule[1:], Allow: rule[0] == '+'}}}}}}}
-				ours := valkeyops.CheckCommands(spec, []string{version})
+				spec := model.ACLSpec{Users: []model.ACLUser{{Name: "probe", Permissions: []model.ACLPermission{{
+					Commands: []model.ACLRule{{Name: rule[1:], Allow: rule[0] == '+'}}}}}}}
+				ours := model.CheckCommands(spec, []string{version})
 				theirs := operatorDo(t, f.nodes[0], operatorPassword, "ACL", "SETUSER", "probe", rule).Error()
 				assert.Equal(t, theirs == nil, ours == nil, "%s on %s: server says %v, CheckCommands says %v", rule, version, theirs, ours)
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // Bootstrap forms fresh nodes at a lowered cluster-node-timeout with replica failover off.
@@ -75,14 +76,14 @@ func TestBootstrapRestoresConfiguredTimeouts(t *testing.T) {
 
 // lowerByHand leaves n as a forming pass that died would: a short node timeout and replica
 // failover off.
-func lowerByHand(t *testing.T, n valkeyops.Node) {
+func lowerByHand(t *testing.T, n model.Node) {
 	t.Helper()
 	require.NoError(t, operatorDo(t, n, operatorPassword, "CONFIG", "SET", "cluster-node-timeout", "200", "cluster-replica-no-failover", "yes").Error())
 }
 
 // timeouts is what n reports for the settings Bootstrap lowers while forming.
-func timeouts(ctx context.Context, n valkeyops.Node) (map[string]string, error) {
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr}, Username: valkeyops.OperatorUser, Password: operatorPassword,
+func timeouts(ctx context.Context, n model.Node) (map[string]string, error) {
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr}, Username: model.OperatorUser, Password: operatorPassword,
 		ForceSingleClient: true, DisableCache: true})
 	if err != nil {
 		return nil, err
@@ -91,7 +92,7 @@ func timeouts(ctx context.Context, n valkeyops.Node) (map[string]string, error) 
 	return c.Do(ctx, c.B().ConfigGet().Parameter("cluster-node-timeout", "cluster-replica-no-failover").Build()).AsStrMap()
 }
 
-func anyLowered(ctx context.Context, nodes []valkeyops.Node) bool {
+func anyLowered(ctx context.Context, nodes []model.Node) bool {
 	for _, n := range nodes {
 		if kv, err := timeouts(ctx, n); err == nil && kv["cluster-node-timeout"] != strconv.Itoa(harness.NodeTimeoutMillis) {
 			return true
@@ -100,7 +101,7 @@ func anyLowered(ctx context.Context, nodes []valkeyops.Node) bool {
 	return false
 }
 
-func assertConfiguredTimeouts(t *testing.T, nodes []valkeyops.Node, when string) {
+func assertConfiguredTimeouts(t *testing.T, nodes []model.Node, when string) {
 	t.Helper()
 	want := map[string]string{"cluster-node-timeout": strconv.Itoa(harness.NodeTimeoutMillis), "cluster-replica-no-failover": "no"}
 	for _, n := range nodes {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // A 3x1 bootstrap satisfies Health; a second Bootstrap changes nothing (Valkey 8.0 and 9.1).
@@ -27,7 +28,7 @@ func TestBootstrapHealthyAndIdempotent(t *testing.T) {
 			before := waitHealthy(t, f, f.nodes, 3, 1, 30*time.Second)
 			t.Logf("bootstrap 3x1 healthy after %s", time.Since(start))
 
-			ranges := valkeyops.EvenRanges(3)
+			ranges := model.EvenRanges(3)
 			for _, p := range before.Primaries() {
 				require.Len(t, p.Slots, 1)
 				assert.Equal(t, ranges[p.Shard], p.Slots[0], "primary %s owns its shard's even range", p.Name)

@@ -12,6 +12,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,7 +21,7 @@ import (
 // TestReconcilerBoundaryFormsRealCluster drives real Valkey containers through the
 // reconciler's production boundary exactly as a Creating pass does: the ACL file rendered
 // from the reconciler's ACL input, one Connect with the operator's credentials, Bootstrap
-// from shard-grouped nodes, then Observe until valkeyops.Health finds the Active criteria
+// from shard-grouped nodes, then Observe until model.Health finds the Active criteria
 // of docs/status.md met.
 func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
 	t.Parallel()
@@ -48,14 +49,14 @@ func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
 			defer pool.Close()
 			v := reconciler.PoolValkey{Pool: pool}
 			key := types.NamespacedName{Namespace: "it", Name: "c"}
-			cred := valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: "operator-pw"}
+			cred := valkeyops.Credentials{Username: model.OperatorUser, Password: "operator-pw"}
 			client, err := v.Connect(ctx, key, cred)
 			require.NoError(t, err)
 
 			start := time.Now()
 			require.NoError(t, client.Bootstrap(ctx, nodes, shards))
 			var (
-				snap     *valkeyops.Snapshot
+				snap     *model.Snapshot
 				problems []string
 			)
 			require.Eventually(t, func() bool {
@@ -63,18 +64,18 @@ func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
 				if err != nil {
 					return false
 				}
-				problems = valkeyops.Health(snap, shards, perShard-1)
+				problems = model.Health(snap, shards, perShard-1)
 				return len(problems) == 0
 			}, time.Minute, 100*time.Millisecond, "healthy; last problems %v (err %v)", problems, err)
 			t.Logf("bootstrap %dx%d healthy through the reconciler's boundary in %s", shards, perShard-1, time.Since(start).Round(time.Millisecond))
 
-			roles := map[valkeyops.Role]int{}
+			roles := map[model.Role]int{}
 			for _, n := range snap.Nodes {
 				assert.True(t, n.Reachable, n.Name)
 				assert.Len(t, n.ID, 40, n.Name)
 				roles[n.Role]++
 			}
-			assert.Equal(t, map[valkeyops.Role]int{valkeyops.RolePrimary: shards, valkeyops.RoleReplica: shards * (perShard - 1)}, roles)
+			assert.Equal(t, map[model.Role]int{model.RolePrimary: shards, model.RoleReplica: shards * (perShard - 1)}, roles)
 
 			again, err := v.Connect(ctx, key, cred)
 			require.NoError(t, err)

@@ -18,7 +18,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // TestConfigFileOnRealValkey proves, on Valkey 8.0 and 9.1, the two things the operator's
@@ -49,7 +49,7 @@ func TestConfigFileOnRealValkey(t *testing.T) {
 					state, err := c.State(context.Background())
 					require.NoError(t, err)
 					assert.NotZero(t, state.ExitCode, "valkey-server refused its configuration")
-					rej, ok := valkeyops.ParseConfigRejection(logs(t, c))
+					rej, ok := model.ParseConfigRejection(logs(t, c))
 					require.True(t, ok, "the refusal is recognised")
 					assert.Equal(t, "maxmemory-policy", rej.Directive)
 					assert.Contains(t, rej.Reason, tc.reason)

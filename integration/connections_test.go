@@ -17,6 +17,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // One operator holds connections to every server of every cluster, so what a server costs it
@@ -33,7 +34,7 @@ func TestOneConnectionPerServer(t *testing.T) {
 	counters := map[string]valkey.Client{}
 	for _, n := range f.nodes {
 		c, err := valkey.NewClient(valkey.ClientOption{
-			InitAddress: []string{n.Addr}, Username: valkeyops.OperatorUser, Password: operatorPassword,
+			InitAddress: []string{n.Addr}, Username: model.OperatorUser, Password: operatorPassword,
 			ForceSingleClient: true, DisableCache: true, ClientName: "connection-counter",
 		})
 		require.NoError(t, err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // TestDefaultUserAdministersNothing: on real servers (8.0 and 9.1), whoever holds the default
@@ -39,7 +40,7 @@ func TestDefaultUserAdministersNothing(t *testing.T) {
 				return app.Do(ctx, app.B().Arbitrary(args...).Build()).Error()
 			}
 			for _, cmd := range [][]string{
-				{"ACL", "SETUSER", valkeyops.OperatorUser, "off"},
+				{"ACL", "SETUSER", model.OperatorUser, "off"},
 				{"ACL", "LIST"},
 				{"CONFIG", "GET", "masterauth"},
 				{"CONFIG", "SET", "port", "7000"},

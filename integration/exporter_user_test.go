@@ -21,6 +21,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // TestExporterReadsOnlyStatistics: the exporter each local image carries (Debian's 1.45 in
@@ -68,7 +69,7 @@ func exporterOnEveryNode(t *testing.T, image string, withTLS bool) {
 	fill(t, dataClient(t, f.nodes, func(o *valkey.ClientOption) { o.TLSConfig = tlsCfg }), "exp:", keys)
 
 	for _, n := range f.nodes {
-		op := userClient(t, n, valkeyops.OperatorUser, operatorPassword, tlsCfg)
+		op := userClient(t, n, model.OperatorUser, operatorPassword, tlsCfg)
 		require.NoError(t, op.Do(ctx, op.B().Arbitrary("ACL", "LOG", "RESET").Build()).Error())
 		_, err := f.env.StartSidecar(ctx, n.Name, render.ExporterCommand(withTLS),
 			map[string][]byte{render.ExporterPasswordFile: render.ExporterPasswords(operatorPassword)},
@@ -114,7 +115,7 @@ func exporterOnEveryNode(t *testing.T, image string, withTLS bool) {
 		assert.True(t, found, "%s serves redis_slowlog_length", n.Name)
 
 		// What the exporter was refused, from the server's own ACL LOG.
-		op := userClient(t, n, valkeyops.OperatorUser, operatorPassword, tlsCfg)
+		op := userClient(t, n, model.OperatorUser, operatorPassword, tlsCfg)
 		entries, err := op.Do(ctx, op.B().Arbitrary("ACL", "LOG").Build()).ToArray()
 		require.NoError(t, err)
 		refused := map[string]string{}
@@ -126,7 +127,7 @@ func exporterOnEveryNode(t *testing.T, image string, withTLS bool) {
 				s, _ := v.ToString()
 				return s
 			}
-			if str("username") == valkeyops.ExporterUser {
+			if str("username") == model.ExporterUser {
 				refused[str("object")] = str("reason")
 			}
 		}
@@ -134,7 +135,7 @@ func exporterOnEveryNode(t *testing.T, image string, withTLS bool) {
 	}
 
 	// By hand, with the exporter's password: statistics yes, anything else NOPERM.
-	exp := userClient(t, primary.Node, valkeyops.ExporterUser, valkeyops.ExporterPassword(operatorPassword), tlsCfg)
+	exp := userClient(t, primary.Node, model.ExporterUser, model.ExporterPassword(operatorPassword), tlsCfg)
 	do := func(args ...string) error { return exp.Do(ctx, exp.B().Arbitrary(args...).Build()).Error() }
 	for _, cmd := range [][]string{
 		{"INFO", "ALL"}, {"CLUSTER", "INFO"}, {"LATENCY", "LATEST"}, {"LATENCY", "HISTOGRAM"}, {"SLOWLOG", "LEN"}, {"CLIENT", "SETNAME", "redis_exporter"},
@@ -145,7 +146,7 @@ func exporterOnEveryNode(t *testing.T, image string, withTLS bool) {
 		{"GET", "exp:1"}, {"SET", "exp:1", "x"}, {"DEL", "exp:1"}, {"SCAN", "0"}, {"KEYS", "*"}, {"DBSIZE"}, {"FLUSHALL"},
 		{"EVAL", "return 1", "0"}, {"PUBLISH", "ch", "x"},
 		{"CONFIG", "GET", "masterauth"}, {"CONFIG", "GET", "*"}, {"CONFIG", "SET", "maxmemory", "1"},
-		{"ACL", "LIST"}, {"ACL", "GETUSER", valkeyops.OperatorUser}, {"ACL", "SETUSER", valkeyops.ExporterUser, "+@all"}, {"ACL", "LOG"},
+		{"ACL", "LIST"}, {"ACL", "GETUSER", model.OperatorUser}, {"ACL", "SETUSER", model.ExporterUser, "+@all"}, {"ACL", "LOG"},
 		{"CLUSTER", "NODES"}, {"CLUSTER", "RESET"}, {"CLUSTER", "FORGET", snap.ReplicasOf(primary.ID)[0].ID}, {"CLUSTER", "FAILOVER"},
 		{"CLUSTER", "SETSLOT", "0", "STABLE"}, {"CLUSTER", "MEET", "127.0.0.1", "1"},
 		{"REPLICAOF", "127.0.0.1", "1"}, {"SHUTDOWN", "NOSAVE"}, {"MIGRATE", "127.0.0.1", "1", "k", "0", "1"},
@@ -159,7 +160,7 @@ func exporterOnEveryNode(t *testing.T, image string, withTLS bool) {
 }
 
 // userClient is a single connection to n as user, over TLS when tlsCfg is set.
-func userClient(t *testing.T, n valkeyops.Node, user, password string, tlsCfg *tls.Config) valkey.Client {
+func userClient(t *testing.T, n model.Node, user, password string, tlsCfg *tls.Config) valkey.Client {
 	t.Helper()
 	o := valkey.ClientOption{InitAddress: []string{n.Addr}, Username: user, Password: password,
 		ForceSingleClient: true, DisableCache: true, DisableRetry: true}

@@ -18,6 +18,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 var dockerProblem error
@@ -35,15 +36,15 @@ const (
 	operatorPassword = "operator-secret"
 )
 
-func aclSpec(users ...valkeyops.ACLUser) valkeyops.ACLSpec {
-	return valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword, Users: users}
+func aclSpec(users ...model.ACLUser) model.ACLSpec {
+	return model.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword, Users: users}
 }
 
 // fixture is one Env plus an Admin for it.
 type fixture struct {
 	env   *harness.Env
 	admin *valkeyops.Admin
-	nodes []valkeyops.Node
+	nodes []model.Node
 }
 
 func requireDocker(t *testing.T) {
@@ -77,7 +78,7 @@ func newFixture(t *testing.T, cfg harness.Config, shards, perShard int, opts val
 	})
 	nodes, err := env.StartNodes(ctx, shards, perShard)
 	require.NoError(t, err)
-	opts.Credentials.Username = valkeyops.OperatorUser
+	opts.Credentials.Username = model.OperatorUser
 	opts.Credentials.Password = cfg.ACL.OperatorPassword
 	admin, err := valkeyops.NewAdmin(opts)
 	require.NoError(t, err)
@@ -98,14 +99,14 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 }
 
 // waitHealthy polls Health until it is empty or the deadline passes.
-func waitHealthy(t *testing.T, f *fixture, nodes []valkeyops.Node, shards, replicas int, d time.Duration) *valkeyops.Snapshot {
+func waitHealthy(t *testing.T, f *fixture, nodes []model.Node, shards, replicas int, d time.Duration) *model.Snapshot {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var reasons []string
 	for {
 		snap, err := f.admin.Observe(context.Background(), nodes)
 		require.NoError(t, err)
-		reasons = valkeyops.Health(snap, shards, replicas)
+		reasons = model.Health(snap, shards, replicas)
 		if len(reasons) == 0 {
 			return snap
 		}
@@ -117,7 +118,7 @@ func waitHealthy(t *testing.T, f *fixture, nodes []valkeyops.Node, shards, repli
 }
 
 // dataClient is a cluster-aware client authenticated as the default user.
-func dataClient(t *testing.T, nodes []valkeyops.Node, opts ...func(*valkey.ClientOption)) valkey.Client {
+func dataClient(t *testing.T, nodes []model.Node, opts ...func(*valkey.ClientOption)) valkey.Client {
 	t.Helper()
 	o := valkey.ClientOption{Password: defaultPassword, DisableCache: true}
 	for _, n := range nodes {
@@ -163,7 +164,7 @@ func (f *fixture) dump(t *testing.T) {
 	for _, n := range snap.Nodes {
 		t.Logf("== %s %s reachable=%v state=%s err=%v", n.Name, n.Addr, n.Reachable, n.ClusterState, n.Err)
 		for _, v := range n.View {
-			t.Logf("   %s %s:%d@%d %v primary=%s epoch=%d %s %v imp=%v mig=%v", v.ID[:8], v.IP, v.Port, v.BusPort, v.Flags, v.PrimaryID, v.ConfigEpoch, v.LinkState, v.Slots, v.Importing, v.Migrating)
+			t.Logf("   %s %s:%d@%d %v primary=%s epoch=%d %s %v imp=%v mig=%v", v.ID[:8], v.IP, v.Port, v.BusPort, v.Flags, v.PrimaryID, v.ConfigEpoch, v.BusLink, v.Slots, v.Importing, v.Migrating)
 		}
 	}
 }

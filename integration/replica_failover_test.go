@@ -13,6 +13,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // Remove a replica (the shard's failover is then refused with ErrNoInSyncReplica), add a new
@@ -35,7 +36,7 @@ func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
 			}
 			assert.Equal(t, int64(20_000), keys, "Observe reads each primary's key count (INFO keyspace)")
 
-			var primary, replica *valkeyops.NodeState
+			var primary, replica *model.NodeState
 			for _, p := range snap.Primaries() {
 				if p.Shard == 0 {
 					primary = p
@@ -51,7 +52,7 @@ func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
 			// (a reset one would say no node serves any), and no other node lists it.
 			snap, err = f.admin.Observe(ctx, f.nodes)
 			require.NoError(t, err)
-			assert.Equal(t, valkeyops.SlotCount, snap.ByName(replica.Name).SlotsAssigned, "the removed node still knows every slot's owner")
+			assert.Equal(t, model.SlotCount, snap.ByName(replica.Name).SlotsAssigned, "the removed node still knows every slot's owner")
 			for _, n := range remaining {
 				assert.Nil(t, snap.ByName(n.Name).Peer(replica.ID), "%s forgot the removed node", n.Name)
 			}
@@ -59,12 +60,12 @@ func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
 			waitHealthy(t, f, remaining, 3, 0, 30*time.Second)
 			snap, err = f.admin.Observe(ctx, remaining)
 			require.NoError(t, err)
-			assert.Contains(t, valkeyops.Health(snap, 3, 1), "primary "+primary.Name+" has 0 of 1 linked replicas")
+			assert.Contains(t, model.Health(snap, 3, 1), "primary "+primary.Name+" has 0 of 1 linked replicas")
 
 			err = f.admin.Failover(ctx, remaining, primary.Name)
-			var opErr *valkeyops.OpError
+			var opErr *model.OpError
 			require.ErrorAs(t, err, &opErr)
-			assert.ErrorIs(t, err, valkeyops.ErrNoInSyncReplica)
+			assert.ErrorIs(t, err, model.ErrNoInSyncReplica)
 			assert.Equal(t, primary.Name, opErr.Node)
 
 			// Add a new replica to shard 0.
@@ -82,10 +83,10 @@ func TestReplicaAddRemoveAndGracefulFailover(t *testing.T) {
 			res := w.Stop()
 			acked := res.Acked
 			snap = waitHealthy(t, f, nodes, 3, 1, 30*time.Second)
-			assert.Equal(t, valkeyops.RolePrimary, snap.ByName(added.Name).Role)
-			assert.Equal(t, valkeyops.RoleReplica, snap.ByName(primary.Name).Role)
+			assert.Equal(t, model.RolePrimary, snap.ByName(added.Name).Role)
+			assert.Equal(t, model.RoleReplica, snap.ByName(primary.Name).Role)
 			assert.Equal(t, snap.ByName(added.Name).ID, snap.ByName(primary.Name).PrimaryID)
-			assert.Equal(t, valkeyops.EvenRanges(3)[0], snap.ByName(added.Name).Slots[0])
+			assert.Equal(t, model.EvenRanges(3)[0], snap.ByName(added.Name).Slots[0])
 
 			verify(t, c, "f:", seq(20_000))
 			verify(t, c, "w:", acked)
@@ -115,17 +116,17 @@ func TestKillPrimaryRecovers(t *testing.T) {
 				require.NoError(t, err)
 				dead := s.ByName(victim.Name)
 				h := s.ByName(heir.Name)
-				if dead.Reachable || h.Role != valkeyops.RolePrimary || len(h.Slots) == 0 {
+				if dead.Reachable || h.Role != model.RolePrimary || len(h.Slots) == 0 {
 					return false
 				}
 				for _, st := range s.Nodes {
 					if !st.Reachable {
 						continue
 					}
-					if st.ClusterState != "ok" {
+					if !st.ClusterOK() {
 						return false
 					}
-					if p := st.Peer(victim.ID); p == nil || !p.HasFlag("fail") {
+					if p := st.Peer(victim.ID); p == nil || !p.Failed() {
 						return false
 					}
 				}
@@ -156,7 +157,7 @@ func TestKillPrimaryRecovers(t *testing.T) {
 
 // caughtUpPrimary is shard's primary and its replica, once the replica has every write the
 // primary took (replication is asynchronous: a primary is lost only after that).
-func caughtUpPrimary(ctx context.Context, t *testing.T, f *fixture, snap *valkeyops.Snapshot, shard int) (victim, heir *valkeyops.NodeState) {
+func caughtUpPrimary(ctx context.Context, t *testing.T, f *fixture, snap *model.Snapshot, shard int) (victim, heir *model.NodeState) {
 	t.Helper()
 	for _, p := range snap.Primaries() {
 		if p.Shard == shard {
@@ -201,12 +202,12 @@ func TestForceFailoverAfterPrimaryExit(t *testing.T) {
 					return false
 				}
 				for _, st := range s.Nodes {
-					if !st.Reachable || st.ClusterState != "ok" {
+					if !st.Reachable || !st.ClusterOK() {
 						return false
 					}
 				}
 				h := s.ByName(heir.Name)
-				return h.Role == valkeyops.RolePrimary && valkeyops.FormatRanges(h.Slots) == valkeyops.FormatRanges(victim.Slots)
+				return h.Role == model.RolePrimary && model.FormatRanges(h.Slots) == model.FormatRanges(victim.Slots)
 			}, 30*time.Second, 100*time.Millisecond, "the replica serves the dead primary's slots and the cluster is ok")
 			verify(t, c, "x:", seq(20_000))
 		})
@@ -234,7 +235,7 @@ func TestFailoverToJustJoinedReplica(t *testing.T) {
 			for round := 0; round < 5; round++ {
 				snap, err := f.admin.Observe(ctx, nodes)
 				require.NoError(t, err)
-				var primary *valkeyops.NodeState
+				var primary *model.NodeState
 				for _, p := range snap.Primaries() {
 					if p.Shard == 0 {
 						primary = p
@@ -253,16 +254,16 @@ func TestFailoverToJustJoinedReplica(t *testing.T) {
 				}
 				require.Eventually(t, func() bool {
 					s, err := f.admin.Observe(ctx, nodes)
-					return err == nil && valkeyops.BestReplica(s, primary.ID) != nil
+					return err == nil && model.BestReplica(s, primary.ID) != nil
 				}, 30*time.Second, 20*time.Millisecond, "round %d: %s electable", round, added.Name)
 
 				require.NoError(t, f.admin.Failover(ctx, nodes, primary.Name), "round %d", round)
 				snap, err = f.admin.Observe(ctx, nodes)
 				require.NoError(t, err)
 				heir, was := snap.ByName(added.Name), snap.ByName(primary.Name)
-				assert.Equal(t, valkeyops.RolePrimary, heir.Role, "round %d", round)
+				assert.Equal(t, model.RolePrimary, heir.Role, "round %d", round)
 				assert.Equal(t, primary.Slots, heir.Slots, "round %d: the new replica took every slot", round)
-				assert.Equal(t, valkeyops.RoleReplica, was.Role, "round %d: the old primary follows it", round)
+				assert.Equal(t, model.RoleReplica, was.Role, "round %d: the old primary follows it", round)
 				assert.Equal(t, heir.ID, was.PrimaryID, "round %d", round)
 			}
 			acked := w.Stop().Acked
@@ -287,14 +288,14 @@ func TestRebalanceResumesAfterInterruption(t *testing.T) {
 	fill(t, c, "r:", 100_000)
 	added, err := f.env.StartNode(ctx, 3)
 	require.NoError(t, err)
-	all := append(append([]valkeyops.Node(nil), f.nodes...), added)
+	all := append(append([]model.Node(nil), f.nodes...), added)
 	require.NoError(t, f.admin.Bootstrap(ctx, all, 4))
 
 	// A second admin whose context is cancelled the moment the first slots are opened: the
 	// "crash" lands between SETSLOT IMPORTING/MIGRATING and the end of the key moves.
 	crashCtx, crash := context.WithCancel(ctx)
 	crashing, err := valkeyops.NewAdmin(valkeyops.Options{
-		Credentials: valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword},
+		Credentials: valkeyops.Credentials{Username: model.OperatorUser, Password: operatorPassword},
 		Log: func(format string, args ...any) {
 			if len(format) >= 6 && format[:6] == "opened" {
 				crash()
@@ -318,13 +319,13 @@ func TestRebalanceResumesAfterInterruption(t *testing.T) {
 	require.NoError(t, err)
 	snap = waitHealthy(t, f, all, 4, 0, 30*time.Second)
 	for _, p := range snap.Primaries() {
-		assert.InDelta(t, valkeyops.SlotCount/4, valkeyops.CountSlots(p.Slots), 1)
+		assert.InDelta(t, model.SlotCount/4, model.CountSlots(p.Slots), 1)
 	}
 	verify(t, c, "r:", seq(100_000))
 }
 
-func without(nodes []valkeyops.Node, name string) []valkeyops.Node {
-	var out []valkeyops.Node
+func without(nodes []model.Node, name string) []model.Node {
+	var out []model.Node
 	for _, n := range nodes {
 		if n.Name != name {
 			out = append(out, n)
@@ -342,7 +343,7 @@ func TestReplicateReturnsWhileSyncing(t *testing.T) {
 	require.NoError(t, f.admin.Bootstrap(ctx, f.nodes, 3))
 	snap := waitHealthy(t, f, f.nodes, 3, 0, 30*time.Second)
 	fill(t, dataClient(t, f.nodes), "s:", 9_000)
-	var primary *valkeyops.NodeState
+	var primary *model.NodeState
 	for _, p := range snap.Primaries() {
 		if p.Shard == 0 {
 			primary = p
@@ -365,15 +366,15 @@ func TestReplicateReturnsWhileSyncing(t *testing.T) {
 	snap, err = f.admin.Observe(ctx, nodes)
 	require.NoError(t, err)
 	st := snap.ByName(added.Name)
-	assert.Equal(t, valkeyops.RoleReplica, st.Role)
+	assert.Equal(t, model.RoleReplica, st.Role)
 	assert.Equal(t, primary.ID, st.PrimaryID)
 	assert.True(t, st.SyncInProgress, "Replicate returned (after %s) with the sync still under way", returned)
-	assert.NotEqual(t, "up", st.LinkState, "the link is up only once the sync is done")
+	assert.False(t, st.LinkedToPrimary(), "the link is up only once the sync is done")
 
 	require.NoError(t, operatorDo(t, primary.Node, operatorPassword, "CONFIG", "SET", "rdb-key-save-delay", "0").Error())
 	snap = waitHealthy(t, f, nodes, 3, 0, time.Minute)
 	require.Eventually(t, func() bool {
 		s, err := f.admin.Observe(ctx, nodes)
-		return err == nil && s.ByName(added.Name).LinkState == "up" && !s.ByName(added.Name).SyncInProgress && s.ByName(added.Name).Keys == keys
+		return err == nil && s.ByName(added.Name).LinkedToPrimary() && !s.ByName(added.Name).SyncInProgress && s.ByName(added.Name).Keys == keys
 	}, time.Minute, 50*time.Millisecond, "the replica finishes its sync by itself with all %d keys", keys)
 }

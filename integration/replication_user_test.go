@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // TestReplicationUserRunsOnlyReplication: on real servers (8.0 and 9.1), replicas log in to
@@ -51,19 +52,19 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 				return err
 			}))
 			assert.EqualValues(t, 1, acked, "the replica acknowledged the write")
-			replPassword := valkeyops.ReplicationPassword(operatorPassword)
+			replPassword := model.ReplicationPassword(operatorPassword)
 			assert.NotEqual(t, operatorPassword, replPassword)
 			for _, p := range snap.Primaries() {
 				for _, r := range snap.ReplicasOf(p.ID) {
-					assert.Equal(t, "up", r.LinkState, "%s replicates %s", r.Name, p.Name)
+					assert.True(t, r.LinkedToPrimary(), "%s replicates %s", r.Name, p.Name)
 					user, err := operatorDo(t, r.Node, operatorPassword, "CONFIG", "GET", "masteruser").AsStrMap()
 					require.NoError(t, err)
-					assert.Equal(t, valkeyops.ReplicationUser, user["masteruser"], "%s logs in as the replication user", r.Name)
+					assert.Equal(t, model.ReplicationUser, user["masteruser"], "%s logs in as the replication user", r.Name)
 				}
 			}
 
 			node := snap.Primaries()[0].Node
-			repl := loginClient(t, node, valkeyops.ReplicationUser, replPassword)
+			repl := loginClient(t, node, model.ReplicationUser, replPassword)
 			do := func(args ...string) error {
 				return repl.Do(ctx, repl.B().Arbitrary(args...).Build()).Error()
 			}
@@ -74,7 +75,7 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 				{"FLUSHALL"},
 				{"CONFIG", "GET", "masterauth"},
 				{"CONFIG", "SET", "port", "7000"},
-				{"ACL", "SETUSER", valkeyops.OperatorUser, "off"},
+				{"ACL", "SETUSER", model.OperatorUser, "off"},
 				{"ACL", "LIST"},
 				{"CLUSTER", "RESET"},
 				{"CLUSTER", "FORGET", snap.Primaries()[1].ID},
@@ -93,7 +94,7 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 				// primary that owns the key's slot, or the answer is MOVED).
 				slot, err := data.Do(ctx, data.B().ClusterKeyslot().Key("{a}k").Build()).AsInt64()
 				require.NoError(t, err)
-				var owner *valkeyops.NodeState
+				var owner *model.NodeState
 				for _, p := range snap.Primaries() {
 					for _, r := range p.Slots {
 						if int(slot) >= r.Start && int(slot) <= r.End {
@@ -102,7 +103,7 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 					}
 				}
 				require.NotNil(t, owner, "slot %d has an owner", slot)
-				ownerRepl := loginClient(t, owner.Node, valkeyops.ReplicationUser, replPassword)
+				ownerRepl := loginClient(t, owner.Node, model.ReplicationUser, replPassword)
 				assert.NoError(t, ownerRepl.Do(ctx, ownerRepl.B().Arbitrary("SET", "{a}k", "v").Build()).Error(), "writes keys on 9.1")
 			} else {
 				forbidden = append(forbidden, []string{"SET", "{a}k", "x"})
@@ -127,7 +128,7 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 			require.Positive(t, held, "the drained primary holds keys")
 			moved, err := f.admin.Rebalance(ctx, f.nodes, []string{from.Name})
 			require.NoError(t, err, "drain %s", from.Name)
-			assert.Equal(t, valkeyops.CountSlots(from.Slots), moved.Slots, "every slot of the drained primary moved")
+			assert.Equal(t, model.CountSlots(from.Slots), moved.Slots, "every slot of the drained primary moved")
 			assert.Equal(t, moved.Slots, moved.AtomicSlots, "every slot moved by atomic migration")
 			assert.Zero(t, moved.MigrateSlots, "no slot fell back to MIGRATE")
 			assert.EqualValues(t, held, moved.Keys, "the drained primary's keys moved")
@@ -148,7 +149,7 @@ func TestReplicationUserRunsOnlyReplication(t *testing.T) {
 }
 
 // loginClient is a single connection to n as user.
-func loginClient(t *testing.T, n valkeyops.Node, user, password string) valkey.Client {
+func loginClient(t *testing.T, n model.Node, user, password string) valkey.Client {
 	t.Helper()
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr}, Username: user, Password: password,
 		ForceSingleClient: true, DisableCache: true, DisableRetry: true})

@@ -15,6 +15,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 const scaleKeys = 100_000
@@ -22,7 +23,7 @@ const scaleKeys = 100_000
 // Scale 3->4 and back 4->3 with 100k keys written before and a writer running during both
 // moves: every key and every acknowledged write is readable afterwards. On 9.1, with the
 // replication user's rights the operator gives a cluster whose servers all run Valkey 9
-// (valkeyops.ReplicationSyncsSlots), every slot moves by atomic migration; on 8.0 key by key.
+// (model.ReplicationSyncsSlots), every slot moves by atomic migration; on 8.0 key by key.
 func TestScaleOutAndIn(t *testing.T) {
 	for _, img := range []struct{ name, image string }{{"valkey8", harness.Image()}, {"valkey9", harness.Image9()}} {
 		t.Run(img.name, func(t *testing.T) {
@@ -43,7 +44,7 @@ func TestScaleOutAndIn(t *testing.T) {
 			for i := range added {
 				added[i].Shard = 3
 			}
-			all := append(append([]valkeyops.Node(nil), f.nodes...), added...)
+			all := append(append([]model.Node(nil), f.nodes...), added...)
 
 			w := loadgen.Start(c, loadgen.Options{Prefix: "w:", Timeout: 5 * time.Second})
 			start := time.Now()
@@ -52,14 +53,14 @@ func TestScaleOutAndIn(t *testing.T) {
 			require.NoError(t, err)
 			// The new primary's share moved, with a quarter of the keys written before (and
 			// some of the writer's).
-			assert.Equal(t, valkeyops.SlotCount/4, moved.Slots, "slots moved")
+			assert.Equal(t, model.SlotCount/4, moved.Slots, "slots moved")
 			assert.Greater(t, moved.Keys, scaleKeys/5, "keys moved")
 			assertMovedBy(t, moved, atomic)
 			t.Logf("scale-out 3->4 took %s: %+v", time.Since(start), moved)
 			snap := waitHealthy(t, f, all, 4, 1, 30*time.Second)
 			for _, p := range snap.Primaries() {
-				n := valkeyops.CountSlots(p.Slots)
-				assert.InDelta(t, valkeyops.SlotCount/4, n, 1, "primary %s owns an even share", p.Name)
+				n := model.CountSlots(p.Slots)
+				assert.InDelta(t, model.SlotCount/4, n, 1, "primary %s owns an even share", p.Name)
 			}
 
 			// Scale in: drain the new shard's primary (whichever node that is now), then remove
@@ -74,7 +75,7 @@ func TestScaleOutAndIn(t *testing.T) {
 			start = time.Now()
 			moved, err = f.admin.Rebalance(ctx, all, leaving)
 			require.NoError(t, err)
-			assert.Equal(t, valkeyops.CountSlots(snap.ByName(leaving[0]).Slots), moved.Slots, "the leaving primary's slots moved")
+			assert.Equal(t, model.CountSlots(snap.ByName(leaving[0]).Slots), moved.Slots, "the leaving primary's slots moved")
 			assert.Greater(t, moved.Keys, scaleKeys/5, "keys moved")
 			assertMovedBy(t, moved, atomic)
 			t.Logf("scale-in 4->3 took %s: %+v", time.Since(start), moved)
@@ -93,7 +94,7 @@ func TestScaleOutAndIn(t *testing.T) {
 				t.Helper()
 				require.NoError(t, poll.Until(ctx, 500*time.Millisecond, 30*time.Second, "remove "+name, func(ctx context.Context) (bool, string, error) {
 					err := f.admin.RemoveNode(ctx, all, name)
-					if errors.Is(err, valkeyops.ErrUnreachable) {
+					if errors.Is(err, model.ErrUnreachable) {
 						return false, err.Error(), nil
 					}
 					return err == nil, "", err

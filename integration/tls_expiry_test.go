@@ -18,6 +18,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // TestTLSCertificateExpiresUnderARunningCluster pins down what real servers do when the
@@ -42,7 +43,7 @@ func TestTLSCertificateExpiresUnderARunningCluster(t *testing.T) {
 		Server: true, Client: true, Serial: 1, NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter})
 	require.NoError(t, err)
 	creds := func(p testcerts.Pair) valkeyops.Credentials {
-		return valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword,
+		return valkeyops.Credentials{Username: model.OperatorUser, Password: operatorPassword,
 			CA: ca.CertPEM, Cert: p.CertPEM, Key: p.KeyPEM, ServerName: tlsServerName}
 	}
 	f := newFixture(t, harness.Config{Image: harness.Image(), TLS: &harness.TLSFiles{CA: ca.CertPEM, Cert: short.CertPEM, Key: short.KeyPEM}}, 1, 3,
@@ -117,7 +118,7 @@ func TestTLSCertificateExpiresUnderARunningCluster(t *testing.T) {
 		for _, n := range snap.Nodes {
 			t.Logf("%s knows %d node(s)", n.Name, n.KnownNodes)
 		}
-		assert.Empty(t, valkeyops.Health(&valkeyops.Snapshot{Nodes: []valkeyops.NodeState{*snap.ByName(formed[0].Name), *snap.ByName(formed[1].Name)}}, 1, 1),
+		assert.Empty(t, model.Health(&model.Snapshot{Nodes: []model.NodeState{*snap.ByName(formed[0].Name), *snap.ByName(formed[1].Name)}}, 1, 1),
 			"the formed nodes stay healthy")
 	})
 
@@ -146,7 +147,7 @@ func TestTLSCertificateExpiresUnderARunningCluster(t *testing.T) {
 			if err != nil {
 				return false, err.Error(), nil
 			}
-			reasons := valkeyops.Health(snap, 1, 2)
+			reasons := model.Health(snap, 1, 2)
 			return len(reasons) == 0, fmt.Sprint(reasons), nil
 		}))
 		verify(t, c, "x:", seq(1_000))

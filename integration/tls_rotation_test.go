@@ -17,6 +17,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // What live certificate rotation relies on, against a real server: Admin.ServedCertificate
@@ -41,7 +42,7 @@ func TestCABundleRotationOnRealServer(t *testing.T) {
 	roots.AddCert(newCA.Cert)
 	// An Admin as the reconciler has it during the CA change: ca.crt holds both CAs.
 	admin, err := valkeyops.NewAdmin(valkeyops.Options{Credentials: valkeyops.Credentials{
-		Username: valkeyops.OperatorUser, Password: operatorPassword, CA: both, ServerName: tlsServerName}})
+		Username: model.OperatorUser, Password: operatorPassword, CA: both, ServerName: tlsServerName}})
 	require.NoError(t, err)
 	t.Cleanup(admin.Close)
 
@@ -111,13 +112,13 @@ func TestCABundleRotationOnRealServer(t *testing.T) {
 		other, err := testcerts.NewCA("other CA")
 		require.NoError(t, err)
 		stranger, err := valkeyops.NewAdmin(valkeyops.Options{Credentials: valkeyops.Credentials{
-			Username: valkeyops.OperatorUser, Password: operatorPassword, CA: other.CertPEM, ServerName: tlsServerName}})
+			Username: model.OperatorUser, Password: operatorPassword, CA: other.CertPEM, ServerName: tlsServerName}})
 		require.NoError(t, err)
 		defer stranger.Close()
 		_, err = stranger.ServedCertificate(ctx, node)
 		require.Error(t, err)
-		assert.ErrorIs(t, err, valkeyops.ErrUntrustedCertificate)
-		var op *valkeyops.OpError
+		assert.ErrorIs(t, err, model.ErrUntrustedCertificate)
+		var op *model.OpError
 		require.ErrorAs(t, err, &op)
 		assert.Equal(t, node.Name, op.Node)
 	})
@@ -141,7 +142,7 @@ func TestHurriedCAChangeDoesNotLockTheOperatorOut(t *testing.T) {
 	both := append(append([]byte(nil), oldCA.CertPEM...), newCA.CertPEM...)
 	// The operator's credentials after the Secret update: both CAs, the new certificate.
 	admin, err := valkeyops.NewAdmin(valkeyops.Options{Credentials: valkeyops.Credentials{
-		Username: valkeyops.OperatorUser, Password: operatorPassword, CA: both, Cert: next.CertPEM, Key: next.KeyPEM, ServerName: tlsServerName}})
+		Username: model.OperatorUser, Password: operatorPassword, CA: both, Cert: next.CertPEM, Key: next.KeyPEM, ServerName: tlsServerName}})
 	require.NoError(t, err)
 	t.Cleanup(admin.Close)
 

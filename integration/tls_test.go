@@ -15,6 +15,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 const tlsServerName = "demo.default.svc.cluster.local"
@@ -109,7 +110,7 @@ func TestTLSExpiredServerCertificate(t *testing.T) {
 			other, err := testcerts.NewCA("other CA")
 			require.NoError(t, err)
 			creds := func(caPEM []byte, serverName string) valkeyops.Credentials {
-				return valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword, CA: caPEM, ServerName: serverName}
+				return valkeyops.Credentials{Username: model.OperatorUser, Password: operatorPassword, CA: caPEM, ServerName: serverName}
 			}
 			tests := []struct {
 				name    string
@@ -133,13 +134,13 @@ func TestTLSExpiredServerCertificate(t *testing.T) {
 					if tt.wantErr == "" {
 						require.True(t, st.Reachable, "observe: %v", st.Err)
 						assert.NotEmpty(t, st.ID)
-						assert.Equal(t, valkeyops.RolePrimary, st.Role)
+						assert.Equal(t, model.RolePrimary, st.Role)
 						assert.NoError(t, reloadErr)
 						return
 					}
 					assert.False(t, st.Reachable)
 					require.Error(t, st.Err)
-					assert.ErrorIs(t, st.Err, valkeyops.ErrUnreachable)
+					assert.ErrorIs(t, st.Err, model.ErrUnreachable)
 					assert.Contains(t, st.Err.Error(), tt.wantErr)
 					require.Error(t, reloadErr)
 					assert.Contains(t, reloadErr.Error(), tt.wantErr)

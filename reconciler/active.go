@@ -12,6 +12,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -217,7 +218,7 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		return p.valkey.Forget(ctx, p.members, a.IDs)
 	case plan.ForgetStrangers:
 		r.warn(p, ReasonStranger, "ForgetStrangers", a.Reason)
-		var tell []valkeyops.Node // a replica cannot forget its own primary: it is replaced
+		var tell []model.Node // a replica cannot forget its own primary: it is replaced
 		for _, m := range p.members {
 			if !slices.Contains(a.Nodes, m.Name) {
 				tell = append(tell, m)
@@ -365,8 +366,8 @@ func (r *Reconciler) ensurePodAnnotations(ctx context.Context, p *pass) *outcome
 
 // joinable are the ready members of the kept shards that are not leaving: what a Join hands
 // to Bootstrap.
-func (p *pass) joinable() []valkeyops.Node {
-	var out []valkeyops.Node
+func (p *pass) joinable() []model.Node {
+	var out []model.Node
 	for _, m := range p.members {
 		n, err := p.node(m.Name)
 		if err == nil && n.Status().Lifecycle != views.LifecycleLeaving && n.Shard() < p.cluster.Shards() {
@@ -406,8 +407,8 @@ func (r *Reconciler) requireNotYetActive(ctx context.Context, p *pass, names []s
 }
 
 // membersNamed is the members with the given names.
-func (p *pass) membersNamed(names []string) []valkeyops.Node {
-	var out []valkeyops.Node
+func (p *pass) membersNamed(names []string) []model.Node {
+	var out []model.Node
 	for _, m := range p.members {
 		if slices.Contains(names, m.Name) {
 			out = append(out, m)

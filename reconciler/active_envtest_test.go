@@ -981,7 +981,7 @@ func (e *day2Env) waitPasses(t *testing.T, key types.NamespacedName, n int64) {
 
 // converged reports whether the cluster is settled at shards × replicas: exactly that many
 // ValkeyNodes, each Active with its pod, and their servers, and only they, form a cluster
-// that valkeyops.Health finds healthy, balanced within 1%, every slot's keys on its owner.
+// that model.Health finds healthy, balanced within 1%, every slot's keys on its owner.
 func (e *day2Env) converged(t *testing.T, key types.NamespacedName, shards, replicas int) (bool, string) {
 	t.Helper()
 	perShard, want := map[int]int{}, map[int]int{}

@@ -13,7 +13,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/resolve"
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -352,7 +352,7 @@ func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
 	if out := r.observe(ctx, p); out != nil {
 		return out
 	}
-	if problems := valkeyops.Health(p.snapshot, t.Shards, t.ReplicasPerShard); len(problems) > 0 {
+	if problems := model.Health(p.snapshot, t.Shards, t.ReplicasPerShard); len(problems) > 0 {
 		p.log.Info("cluster not healthy yet", "problems", strings.Join(problems, "; "))
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -30,9 +30,9 @@ type credentialCheck struct {
 // at which address (a replaced pod is a new server that must be read).
 func credentialInputs(p *pass) string {
 	h := sha256.New()
-	h.Write([]byte(valkeyops.RenderACL(p.acl)))
+	h.Write([]byte(model.RenderACL(p.acl)))
 	h.Write([]byte{0})
-	h.Write([]byte(valkeyops.HashPassword(p.operatorPassword) + valkeyops.HashPassword(p.operatorPasswordWanted)))
+	h.Write([]byte(model.HashPassword(p.operatorPassword) + model.HashPassword(p.operatorPasswordWanted)))
 	var members []string
 	for _, m := range p.members {
 		members = append(members, m.Name+"="+m.Addr)
@@ -66,7 +66,7 @@ func (plan credentialsPlan) idle() bool {
 }
 
 // allRead reports that every one of the cluster's nodes was read.
-func allRead(held []valkeyops.AuthState, nodes int) bool {
+func allRead(held []model.AuthState, nodes int) bool {
 	if len(held) != nodes {
 		return false
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -30,11 +30,11 @@ func TestCredentialChecks(t *testing.T) {
 // TestCredentialInputs: what decides the servers' credentials changes the fingerprint.
 func TestCredentialInputs(t *testing.T) {
 	base := func() *pass {
-		return &pass{acl: valkeyops.ACLSpec{DefaultPassword: "d", OperatorPassword: "o"}, operatorPassword: "o", operatorPasswordWanted: "o",
-			members: []valkeyops.Node{{Name: "n0", Addr: "10.0.0.1:6379"}, {Name: "n1", Addr: "10.0.0.2:6379"}}}
+		return &pass{acl: model.ACLSpec{DefaultPassword: "d", OperatorPassword: "o"}, operatorPassword: "o", operatorPasswordWanted: "o",
+			members: []model.Node{{Name: "n0", Addr: "10.0.0.1:6379"}, {Name: "n1", Addr: "10.0.0.2:6379"}}}
 	}
 	same := base()
-	same.members = []valkeyops.Node{same.members[1], same.members[0]}
+	same.members = []model.Node{same.members[1], same.members[0]}
 	assert.Equal(t, credentialInputs(base()), credentialInputs(same), "member order does not matter")
 	for name, change := range map[string]func(*pass){
 		"ACL":              func(p *pass) { p.acl.DefaultPassword = "d2" },
@@ -54,11 +54,11 @@ func TestCredentialInputs(t *testing.T) {
 func TestCredentialsPlanIdle(t *testing.T) {
 	assert.True(t, credentialsPlan{}.idle())
 	assert.False(t, credentialsPlan{fixes: []aclFix{{}}}.idle())
-	assert.False(t, credentialsPlan{replication: []valkeyops.Node{{}}}.idle())
+	assert.False(t, credentialsPlan{replication: []model.Node{{}}}.idle())
 	assert.False(t, credentialsPlan{switchLogin: true}.idle())
 	assert.False(t, credentialsPlan{waiting: "n2"}.idle())
-	ok := valkeyops.AuthState{}
-	assert.True(t, allRead([]valkeyops.AuthState{ok, ok}, 2))
-	assert.False(t, allRead([]valkeyops.AuthState{ok}, 2), "a node not read")
-	assert.False(t, allRead([]valkeyops.AuthState{ok, {Err: errors.New("refused")}}, 2))
+	ok := model.AuthState{}
+	assert.True(t, allRead([]model.AuthState{ok, ok}, 2))
+	assert.False(t, allRead([]model.AuthState{ok}, 2), "a node not read")
+	assert.False(t, allRead([]model.AuthState{ok, {Err: errors.New("refused")}}, 2))
 }

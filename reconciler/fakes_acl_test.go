@@ -11,7 +11,7 @@ import (
 	"sync"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -28,7 +28,7 @@ import (
 
 // fakeAuthServer is one server's credentials.
 type fakeAuthServer struct {
-	users                      map[string]valkeyops.UserACL
+	users                      map[string]model.UserACL
 	masterUser, masterAuthHash string
 }
 
@@ -82,7 +82,7 @@ func (a *fakeAuth) server(ctx context.Context, key types.NamespacedName, node st
 		if k, v, ok := strings.Cut(line, " "); ok && k == "masteruser" {
 			s.masterUser = v
 		} else if ok && k == "masterauth" {
-			s.masterAuthHash = valkeyops.HashPassword(v)
+			s.masterAuthHash = model.HashPassword(v)
 		}
 	}
 	if a.servers[key] == nil {
@@ -99,8 +99,8 @@ func (c *fakeClient) login(s *fakeAuthServer) error {
 	if pw == "" {
 		return nil
 	}
-	for _, h := range s.users[valkeyops.OperatorUser].Hashes {
-		if h == valkeyops.HashPassword(pw) {
+	for _, h := range s.users[model.OperatorUser].Hashes {
+		if h == model.HashPassword(pw) {
 			return nil
 		}
 	}
@@ -108,13 +108,13 @@ func (c *fakeClient) login(s *fakeAuthServer) error {
 	return errors.New("WRONGPASS invalid username-password pair or user is disabled")
 }
 
-func (c *fakeClient) ReadAuth(ctx context.Context, nodes []valkeyops.Node) ([]valkeyops.AuthState, error) {
+func (c *fakeClient) ReadAuth(ctx context.Context, nodes []model.Node) ([]model.AuthState, error) {
 	c.f.mu.Lock()
 	c.f.calls[c.key]++
 	c.f.mu.Unlock()
 	fakeCreds.mu.Lock()
 	defer fakeCreds.mu.Unlock()
-	out := make([]valkeyops.AuthState, len(nodes))
+	out := make([]model.AuthState, len(nodes))
 	for i, n := range nodes {
 		out[i].Node = n
 		s, err := fakeCreds.server(ctx, c.key, n.Name)
@@ -122,10 +122,10 @@ func (c *fakeClient) ReadAuth(ctx context.Context, nodes []valkeyops.Node) ([]va
 			err = c.login(s)
 		}
 		if err != nil {
-			out[i].Err = &valkeyops.OpError{Node: n.Name, Step: "acl-read", Err: err}
+			out[i].Err = &model.OpError{Node: n.Name, Step: "acl-read", Err: err}
 			continue
 		}
-		out[i].Users = map[string]valkeyops.UserACL{}
+		out[i].Users = map[string]model.UserACL{}
 		for name, u := range s.users {
 			out[i].Users[name] = u
 		}
@@ -134,12 +134,12 @@ func (c *fakeClient) ReadAuth(ctx context.Context, nodes []valkeyops.Node) ([]va
 	return out, nil
 }
 
-func (c *fakeClient) ApplyACL(ctx context.Context, nodes []valkeyops.Node, spec valkeyops.ACLSpec) error {
+func (c *fakeClient) ApplyACL(ctx context.Context, nodes []model.Node, spec model.ACLSpec) error {
 	c.f.mu.Lock()
 	c.f.calls[c.key]++
 	c.f.writes[c.key]++
 	c.f.mu.Unlock()
-	if err := valkeyops.ValidateACL(spec); err != nil {
+	if err := model.ValidateACL(spec); err != nil {
 		return err
 	}
 	fakeCreds.mu.Lock()
@@ -150,14 +150,14 @@ func (c *fakeClient) ApplyACL(ctx context.Context, nodes []valkeyops.Node, spec 
 			err = c.login(s)
 		}
 		if err != nil {
-			return &valkeyops.OpError{Node: n.Name, Step: "acl-setuser", Err: err}
+			return &model.OpError{Node: n.Name, Step: "acl-setuser", Err: err}
 		}
 		s.users = spec.Expected()
 	}
 	return nil
 }
 
-func (c *fakeClient) SyncReplicationAuth(ctx context.Context, nodes []valkeyops.Node) error {
+func (c *fakeClient) SyncReplicationAuth(ctx context.Context, nodes []model.Node) error {
 	c.f.mu.Lock()
 	c.f.calls[c.key]++
 	c.f.writes[c.key]++
@@ -171,27 +171,27 @@ func (c *fakeClient) SyncReplicationAuth(ctx context.Context, nodes []valkeyops.
 			err = c.login(s)
 		}
 		if err != nil {
-			return &valkeyops.OpError{Node: n.Name, Step: "set-replication-auth", Err: err}
+			return &model.OpError{Node: n.Name, Step: "set-replication-auth", Err: err}
 		}
 		if cred.Password == "" {
-			return &valkeyops.OpError{Node: n.Name, Step: "set-replication-auth", Err: errors.New("fake: the client's password is unknown")}
+			return &model.OpError{Node: n.Name, Step: "set-replication-auth", Err: errors.New("fake: the client's password is unknown")}
 		}
-		user, pw := valkeyops.ReplicationLogin(cred.Password)
-		s.masterUser, s.masterAuthHash = user, valkeyops.HashPassword(pw)
+		user, pw := model.ReplicationLogin(cred.Password)
+		s.masterUser, s.masterAuthHash = user, model.HashPassword(pw)
 	}
 	return nil
 }
 
-// parseACLFile reads the users of an ACL file as the operator renders it (valkeyops.RenderACL)
+// parseACLFile reads the users of an ACL file as the operator renders it (model.RenderACL)
 // into what ACL GETUSER would report for each.
-func parseACLFile(text string) (map[string]valkeyops.UserACL, error) {
-	users := map[string]valkeyops.UserACL{}
+func parseACLFile(text string) (map[string]model.UserACL, error) {
+	users := map[string]model.UserACL{}
 	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 || f[0] != "user" {
 			return nil, fmt.Errorf("ACL file line %q", line)
 		}
-		var u valkeyops.UserACL
+		var u model.UserACL
 		type sel struct{ commands, keys, channels []string }
 		root := &sel{}
 		cur, sels := root, []*sel(nil)
@@ -223,7 +223,7 @@ func parseACLFile(text string) (map[string]valkeyops.UserACL, error) {
 			}
 		}
 		for _, s := range append([]*sel{root}, sels...) {
-			u.Selectors = append(u.Selectors, valkeyops.ACLSelector{
+			u.Selectors = append(u.Selectors, model.ACLSelector{
 				Commands: strings.Join(s.commands, " "), Keys: strings.Join(s.keys, " "), Channels: strings.Join(s.channels, " "),
 			})
 		}

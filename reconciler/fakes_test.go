@@ -17,6 +17,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -82,8 +83,8 @@ func (k *fakeKubelet) run(ctx context.Context, c client.Client) {
 // ---- fake Valkey ----------------------------------------------------------------------
 
 // fakeValkey scripts the servers: Bootstrap forms a cluster, Observe reports the CLUSTER
-// NODES view a formed cluster's servers would give (parsed by valkeyops' own parser), and the
-// reconciler judges it with valkeyops.Health as it does real snapshots. Connect refuses what
+// NODES view a formed cluster's servers would give (parsed by model.ParseClusterNodes), and the
+// reconciler judges it with model.Health as it does real snapshots. Connect refuses what
 // a real connection refuses: a login without the operator's password, and a TLS server
 // certificate that the credentials' own verification rejects (the cluster certificate is
 // what every server presents).
@@ -140,7 +141,7 @@ func (f *fakeValkey) Connect(_ context.Context, key types.NamespacedName, cred v
 	defer f.mu.Unlock()
 	f.calls[key]++
 	f.creds[key] = cred
-	if cred.Username != valkeyops.OperatorUser || cred.Password == "" {
+	if cred.Username != model.OperatorUser || cred.Password == "" {
 		return nil, fmt.Errorf("fake: refusing unauthenticated connection")
 	}
 	if err := verifyServedCertificate(cred); err != nil {
@@ -183,7 +184,7 @@ type fakeClient struct {
 	key types.NamespacedName
 }
 
-func (c *fakeClient) Bootstrap(_ context.Context, nodes []valkeyops.Node, shards int) error {
+func (c *fakeClient) Bootstrap(_ context.Context, nodes []model.Node, shards int) error {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
 	c.f.calls[c.key]++
@@ -205,48 +206,48 @@ func (c *fakeClient) write() error {
 
 // Settle succeeds on a formed cluster that is not blocked, as CONFIG SET on reachable
 // servers does; the fake keeps no settings.
-func (c *fakeClient) Settle(context.Context, []valkeyops.Node) error {
+func (c *fakeClient) Settle(context.Context, []model.Node) error {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
 	c.f.calls[c.key]++
 	c.f.writes[c.key]++
 	if c.f.blocked[c.key] {
-		return fmt.Errorf("%w: fake: servers blocked", valkeyops.ErrUnreachable)
+		return fmt.Errorf("%w: fake: servers blocked", model.ErrUnreachable)
 	}
 	return nil
 }
 
-func (c *fakeClient) Replicate(context.Context, []valkeyops.Node, string, int) error {
+func (c *fakeClient) Replicate(context.Context, []model.Node, string, int) error {
 	return c.write()
 }
-func (c *fakeClient) Rebalance(context.Context, []valkeyops.Node, []string) (valkeyops.MoveStats, error) {
+func (c *fakeClient) Rebalance(context.Context, []model.Node, []string) (valkeyops.MoveStats, error) {
 	return valkeyops.MoveStats{}, c.write()
 }
-func (c *fakeClient) RemoveNode(context.Context, []valkeyops.Node, string) error { return c.write() }
-func (c *fakeClient) Failover(context.Context, []valkeyops.Node, string) error   { return c.write() }
-func (c *fakeClient) Takeover(context.Context, []valkeyops.Node, string) error   { return c.write() }
-func (c *fakeClient) ForceFailover(context.Context, []valkeyops.Node, string) error {
+func (c *fakeClient) RemoveNode(context.Context, []model.Node, string) error { return c.write() }
+func (c *fakeClient) Failover(context.Context, []model.Node, string) error   { return c.write() }
+func (c *fakeClient) Takeover(context.Context, []model.Node, string) error   { return c.write() }
+func (c *fakeClient) ForceFailover(context.Context, []model.Node, string) error {
 	return c.write()
 }
-func (c *fakeClient) AssignSlots(context.Context, []valkeyops.Node, string, []valkeyops.SlotRange) error {
+func (c *fakeClient) AssignSlots(context.Context, []model.Node, string, []model.SlotRange) error {
 	return c.write()
 }
-func (c *fakeClient) Forget(context.Context, []valkeyops.Node, []string) error { return c.write() }
+func (c *fakeClient) Forget(context.Context, []model.Node, []string) error { return c.write() }
 
 // Observe renders the CLUSTER NODES text every server of a formed cluster would report
 // (shard i's first node by name is its primary and owns the i-th even slot range) and parses
 // it with valkeyops. A cluster not bootstrapped, or blocked by a test, reports
 // cluster_state fail with no slots assigned.
-func (c *fakeClient) Observe(_ context.Context, nodes []valkeyops.Node) (*valkeyops.Snapshot, error) {
+func (c *fakeClient) Observe(_ context.Context, nodes []model.Node) (*model.Snapshot, error) {
 	c.f.mu.Lock()
 	defer c.f.mu.Unlock()
 	c.f.calls[c.key]++
 	healthy := c.f.formed[c.key] && !c.f.blocked[c.key]
-	byShard := map[int][]valkeyops.Node{}
+	byShard := map[int][]model.Node{}
 	for _, n := range nodes {
 		byShard[n.Shard] = append(byShard[n.Shard], n)
 	}
-	ranges := valkeyops.EvenRanges(len(byShard))
+	ranges := model.EvenRanges(len(byShard))
 	type line struct{ id, role, primary, slots string }
 	lines := map[string]line{}
 	for shard, members := range byShard {
@@ -262,7 +263,7 @@ func (c *fakeClient) Observe(_ context.Context, nodes []valkeyops.Node) (*valkey
 			lines[n.Name] = l
 		}
 	}
-	snap := &valkeyops.Snapshot{}
+	snap := &model.Snapshot{}
 	for _, n := range nodes {
 		var text strings.Builder
 		for _, m := range nodes {
@@ -273,17 +274,17 @@ func (c *fakeClient) Observe(_ context.Context, nodes []valkeyops.Node) (*valkey
 			}
 			fmt.Fprintf(&text, "%s %s@16379 %s %s 0 0 1 connected %s\n", l.id, m.Addr, flags, l.primary, l.slots)
 		}
-		view, err := valkeyops.ParseClusterNodes(text.String())
+		view, err := model.ParseClusterNodes(text.String())
 		if err != nil {
 			return nil, err
 		}
-		st := valkeyops.NodeState{Node: n, Reachable: true, ID: lines[n.Name].id, View: view,
-			Role: valkeyops.RolePrimary, LinkState: "up", ClusterState: "fail", KnownNodes: len(nodes)}
+		st := model.NodeState{Node: n, Reachable: true, ID: lines[n.Name].id, View: view,
+			Role: model.RolePrimary, PrimaryLink: model.PrimaryLinkUp, ClusterState: "fail", KnownNodes: len(nodes)}
 		if l := lines[n.Name]; l.role == "slave" {
-			st.Role, st.PrimaryID = valkeyops.RoleReplica, l.primary
+			st.Role, st.PrimaryID = model.RoleReplica, l.primary
 		}
 		if healthy {
-			st.ClusterState, st.SlotsAssigned = "ok", valkeyops.SlotCount
+			st.ClusterState, st.SlotsAssigned = "ok", model.SlotCount
 			st.Slots = st.Self().Slots
 		}
 		snap.Nodes = append(snap.Nodes, st)

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -81,13 +82,13 @@ func (f *fakeTLS) volume(key types.NamespacedName, cred valkeyops.Credentials) t
 	return tlsFiles{cert: cred.Cert, ca: cred.CA}
 }
 
-func (c *fakeClient) ServedCertificate(_ context.Context, node valkeyops.Node) (*x509.Certificate, error) {
+func (c *fakeClient) ServedCertificate(_ context.Context, node model.Node) (*x509.Certificate, error) {
 	c.f.mu.Lock()
 	c.f.calls[c.key]++
 	cred := c.f.creds[c.key]
 	c.f.mu.Unlock()
 	if !cred.TLS() {
-		return nil, fmt.Errorf("fake: %s: %w: not a TLS server", node.Name, valkeyops.ErrInvalidSpec)
+		return nil, fmt.Errorf("fake: %s: %w: not a TLS server", node.Name, model.ErrInvalidSpec)
 	}
 	f := fakeCerts
 	f.mu.Lock()
@@ -109,12 +110,12 @@ func (c *fakeClient) ServedCertificate(_ context.Context, node valkeyops.Node) (
 		return nil, err
 	}
 	if err := cfg.VerifyConnection(tls.ConnectionState{ServerName: cfg.ServerName, PeerCertificates: chain}); err != nil {
-		return nil, fmt.Errorf("fake: %s: %w: %v", node.Name, valkeyops.ErrUntrustedCertificate, err)
+		return nil, fmt.Errorf("fake: %s: %w: %v", node.Name, model.ErrUntrustedCertificate, err)
 	}
 	return chain[0], nil
 }
 
-func (c *fakeClient) ReloadTLS(_ context.Context, node valkeyops.Node) error {
+func (c *fakeClient) ReloadTLS(_ context.Context, node model.Node) error {
 	c.f.mu.Lock()
 	c.f.calls[c.key]++
 	c.f.writes[c.key]++ // CONFIG SET: a write command

@@ -12,7 +12,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -90,7 +90,7 @@ func TestCreatingToActive(t *testing.T) {
 	assert.Len(t, sec.Data["password"], 64)
 	assert.Len(t, sec.Data["operator-password"], 64)
 	assert.NotEqual(t, sec.Data["password"], sec.Data["operator-password"])
-	assert.Equal(t, "masteruser replication\nmasterauth "+valkeyops.ReplicationPassword(string(sec.Data["operator-password"]))+"\n", string(sec.Data["replication.conf"]))
+	assert.Equal(t, "masteruser replication\nmasterauth "+model.ReplicationPassword(string(sec.Data["operator-password"]))+"\n", string(sec.Data["replication.conf"]))
 	assert.Equal(t, render.ExporterPasswords(string(sec.Data["operator-password"])), sec.Data["exporter-passwords.json"])
 	cm := &corev1.ConfigMap{}
 	getObj(t, cm, ns, "c1-acl")
@@ -99,8 +99,8 @@ func TestCreatingToActive(t *testing.T) {
 	// SYNCSLOTS: the image is Valkey 8.0), the exporter user only reads statistics.
 	assert.Equal(t, "user default on #"+hashHex(string(sec.Data["password"]))+" ~* resetchannels &* +@all -@admin -@dangerous +info\n"+
 		"user operator on #"+hashHex(string(sec.Data["operator-password"]))+" ~* resetchannels &* +@all\n"+
-		"user replication on #"+hashHex(valkeyops.ReplicationPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +psync +sync +replconf +ping\n"+
-		"user exporter on #"+hashHex(valkeyops.ExporterPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n",
+		"user replication on #"+hashHex(model.ReplicationPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +psync +sync +replconf +ping\n"+
+		"user exporter on #"+hashHex(model.ExporterPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n",
 		cm.Data["users.acl"])
 	for _, o := range []client.Object{svc, sec, cm} {
 		assert.True(t, metav1.IsControlledBy(o, cluster.U), "%s owned by the cluster", o.GetName())

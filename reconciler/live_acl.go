@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,7 +40,7 @@ import (
 // authenticate with one.
 //
 // The replication and exporter users' passwords are derived from the operator password
-// (valkeyops.ReplicationPassword, ExporterPassword) and rotate with it, in the same passes.
+// (model.ReplicationPassword, ExporterPassword) and rotate with it, in the same passes.
 // One exception: an exporter sidecar reads its password file once, when its pod starts, so
 // it keeps logging in with the password of the login its pod was created under. That pod's
 // server alone keeps accepting it (the pod's AnnotationExporterPassword names its hash) until
@@ -54,7 +54,7 @@ type credentialsPlan struct {
 	fixes []aclFix
 	// replication lists the members whose replication login (masteruser, masterauth) is not
 	// the one that goes with the operator's login.
-	replication []valkeyops.Node
+	replication []model.Node
 	// switchLogin: every node accepts the wanted operator password; record it as the login.
 	switchLogin bool
 	// retired: the servers stop accepting a previous password.
@@ -65,8 +65,8 @@ type credentialsPlan struct {
 
 // aclFix is one ACL applied to some members, and the users that made it necessary.
 type aclFix struct {
-	spec  valkeyops.ACLSpec
-	nodes []valkeyops.Node
+	spec  model.ACLSpec
+	nodes []model.Node
 	users []string
 }
 
@@ -84,7 +84,7 @@ type aclFix struct {
 // server's exporter user also keeps the hash its own exporter logs in with, but only one it
 // already accepts: the annotation can keep a password the operator gave that server, never
 // add one.
-func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []string, held []valkeyops.AuthState, exporters map[string]string) credentialsPlan {
+func planCredentials(spec model.ACLSpec, login, wanted string, nodes []string, held []model.AuthState, exporters map[string]string) credentialsPlan {
 	var plan credentialsPlan
 	read := map[string]bool{}
 	for _, st := range held {
@@ -98,9 +98,9 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 			unseen = append(unseen, n)
 		}
 	}
-	replUser, replPassword := valkeyops.ReplicationLogin(login)
+	replUser, replPassword := model.ReplicationLogin(login)
 	for _, st := range held {
-		if st.Err == nil && (st.MasterUser != replUser || st.MasterAuthHash != valkeyops.HashPassword(replPassword)) {
+		if st.Err == nil && (st.MasterUser != replUser || st.MasterAuthHash != model.HashPassword(replPassword)) {
 			plan.replication = append(plan.replication, st.Node)
 		}
 	}
@@ -118,7 +118,7 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 		for _, u := range loginUsers {
 			extra := u.extra(&want)
 			old := extraHashes(st.Users[u.name].Hashes, u.password(login), u.password(wanted))
-			if pin := exporters[st.Node.Name]; u.name == valkeyops.ExporterUser && slices.Contains(old, pin) {
+			if pin := exporters[st.Node.Name]; u.name == model.ExporterUser && slices.Contains(old, pin) {
 				old = slices.DeleteFunc(old, func(h string) bool { return h == pin })
 				*extra = append(slices.Clone(*extra), pin)
 			}
@@ -131,7 +131,7 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 		if !keepAll && stale > 0 {
 			plan.retired = true
 		}
-		drift := valkeyops.ACLDrift(want, st.Users)
+		drift := model.ACLDrift(want, st.Users)
 		if len(drift) == 0 {
 			continue
 		}
@@ -145,7 +145,7 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 		}
 		f := &plan.fixes[i]
 		f.nodes = append(f.nodes, st.Node)
-		for _, u := range valkeyops.DriftedUsers(drift) {
+		for _, u := range model.DriftedUsers(drift) {
 			if !slices.Contains(f.users, u) {
 				f.users = append(f.users, u)
 			}
@@ -166,12 +166,12 @@ func planCredentials(spec valkeyops.ACLSpec, login, wanted string, nodes []strin
 // wanted password's hash (the replication and exporter users those of the passwords derived
 // from it) besides the login's. A node started now gets this, and every server holds it
 // before the switch.
-func rotating(spec valkeyops.ACLSpec, login, wanted string) valkeyops.ACLSpec {
+func rotating(spec model.ACLSpec, login, wanted string) model.ACLSpec {
 	spec.OperatorPassword = login
 	for _, u := range loginUsers {
 		*u.extra(&spec) = nil
 		if wanted != "" && wanted != login {
-			*u.extra(&spec) = []string{valkeyops.HashPassword(u.password(wanted))}
+			*u.extra(&spec) = []string{model.HashPassword(u.password(wanted))}
 		}
 	}
 	return spec
@@ -182,14 +182,14 @@ func rotating(spec valkeyops.ACLSpec, login, wanted string) valkeyops.ACLSpec {
 type loginUser struct {
 	name     string
 	password func(operatorPassword string) string
-	extra    func(*valkeyops.ACLSpec) *[]string
+	extra    func(*model.ACLSpec) *[]string
 }
 
 // loginUsers are the users whose passwords rotate with the operator password.
 var loginUsers = []loginUser{
-	{valkeyops.OperatorUser, func(p string) string { return p }, func(s *valkeyops.ACLSpec) *[]string { return &s.OperatorExtraHashes }},
-	{valkeyops.ReplicationUser, valkeyops.ReplicationPassword, func(s *valkeyops.ACLSpec) *[]string { return &s.ReplicationExtraHashes }},
-	{valkeyops.ExporterUser, valkeyops.ExporterPassword, func(s *valkeyops.ACLSpec) *[]string { return &s.ExporterExtraHashes }},
+	{model.OperatorUser, func(p string) string { return p }, func(s *model.ACLSpec) *[]string { return &s.OperatorExtraHashes }},
+	{model.ReplicationUser, model.ReplicationPassword, func(s *model.ACLSpec) *[]string { return &s.ReplicationExtraHashes }},
+	{model.ExporterUser, model.ExporterPassword, func(s *model.ACLSpec) *[]string { return &s.ExporterExtraHashes }},
 }
 
 // exporterLogins maps each node whose pod runs the exporter to the hash of the password the
@@ -208,7 +208,7 @@ func exporterLogins(p *pass) map[string]string {
 func extraHashes(have []string, login, wanted string) []string {
 	var out []string
 	for _, h := range have {
-		if h != valkeyops.HashPassword(login) && h != valkeyops.HashPassword(wanted) {
+		if h != model.HashPassword(login) && h != model.HashPassword(wanted) {
 			out = append(out, h)
 		}
 	}
@@ -292,7 +292,7 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 	return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 }
 
-func nodeNames(nodes []valkeyops.Node) []string {
+func nodeNames(nodes []model.Node) []string {
 	var out []string
 	for _, n := range nodes {
 		out = append(out, n.Name)
@@ -352,11 +352,11 @@ func (m *memory) loggedIn(key types.NamespacedName, pw string) {
 // reached. A member it did not reach is reported as unread without being dialled again: when
 // a zone goes dark, its servers' connections hang until a deadline, and a second wait on
 // them here would hold the pass that fails their slots over.
-func readAuth(ctx context.Context, p *pass) ([]valkeyops.AuthState, error) {
-	var reached []valkeyops.Node
-	var unread []valkeyops.AuthState
+func readAuth(ctx context.Context, p *pass) ([]model.AuthState, error) {
+	var reached []model.Node
+	var unread []model.AuthState
 	for _, n := range p.members {
-		var st *valkeyops.NodeState
+		var st *model.NodeState
 		if p.snapshot != nil {
 			st = p.snapshot.ByName(n.Name)
 		}
@@ -364,9 +364,9 @@ func readAuth(ctx context.Context, p *pass) ([]valkeyops.AuthState, error) {
 		case p.snapshot == nil || st != nil && st.Reachable:
 			reached = append(reached, n)
 		case st != nil && st.Err != nil:
-			unread = append(unread, valkeyops.AuthState{Node: n, Err: st.Err})
+			unread = append(unread, model.AuthState{Node: n, Err: st.Err})
 		default:
-			unread = append(unread, valkeyops.AuthState{Node: n, Err: valkeyops.ErrUnreachable})
+			unread = append(unread, model.AuthState{Node: n, Err: model.ErrUnreachable})
 		}
 	}
 	held, err := p.valkey.ReadAuth(ctx, reached)

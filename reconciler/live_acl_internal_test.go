@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -14,38 +14,38 @@ import (
 // may still use it.
 func TestPlanCredentials(t *testing.T) {
 	const c, d = "old-operator-pw", "new-operator-pw"
-	app := valkeyops.ACLUser{Name: "app", PasswordHashes: []string{valkeyops.HashPassword("app-pw")}}
-	spec := valkeyops.ACLSpec{DefaultPassword: "default-pw", Users: []valkeyops.ACLUser{app}}
+	app := model.ACLUser{Name: "app", PasswordHashes: []string{model.HashPassword("app-pw")}}
+	spec := model.ACLSpec{DefaultPassword: "default-pw", Users: []model.ACLUser{app}}
 	// holds is a readable server holding spec with the operator user accepting logins (and
 	// the replication and exporter users the passwords derived from them), replicating with
 	// the login that goes with masterauth.
-	holds := func(name string, s valkeyops.ACLSpec, masterauth string, logins ...string) valkeyops.AuthState {
+	holds := func(name string, s model.ACLSpec, masterauth string, logins ...string) model.AuthState {
 		s.OperatorPassword = logins[0]
 		for _, l := range logins[1:] {
-			s.OperatorExtraHashes = append(s.OperatorExtraHashes, valkeyops.HashPassword(l))
-			s.ReplicationExtraHashes = append(s.ReplicationExtraHashes, valkeyops.HashPassword(valkeyops.ReplicationPassword(l)))
-			s.ExporterExtraHashes = append(s.ExporterExtraHashes, valkeyops.HashPassword(valkeyops.ExporterPassword(l)))
+			s.OperatorExtraHashes = append(s.OperatorExtraHashes, model.HashPassword(l))
+			s.ReplicationExtraHashes = append(s.ReplicationExtraHashes, model.HashPassword(model.ReplicationPassword(l)))
+			s.ExporterExtraHashes = append(s.ExporterExtraHashes, model.HashPassword(model.ExporterPassword(l)))
 		}
-		user, pw := valkeyops.ReplicationLogin(masterauth)
-		return valkeyops.AuthState{Node: valkeyops.Node{Name: name}, Users: s.Expected(),
-			MasterUser: user, MasterAuthHash: valkeyops.HashPassword(pw)}
+		user, pw := model.ReplicationLogin(masterauth)
+		return model.AuthState{Node: model.Node{Name: name}, Users: s.Expected(),
+			MasterUser: user, MasterAuthHash: model.HashPassword(pw)}
 	}
 	// asOperator is st replicating as the operator user, as servers did before the
 	// replication user existed.
-	asOperator := func(st valkeyops.AuthState, pw string) valkeyops.AuthState {
-		st.MasterUser, st.MasterAuthHash = valkeyops.OperatorUser, valkeyops.HashPassword(pw)
+	asOperator := func(st model.AuthState, pw string) model.AuthState {
+		st.MasterUser, st.MasterAuthHash = model.OperatorUser, model.HashPassword(pw)
 		return st
 	}
 	// exporterKeeps is st whose exporter user also accepts the exporter password derived
 	// from the operator password pw, as a server keeps it for its own exporter.
-	exporterKeeps := func(st valkeyops.AuthState, pw string) valkeyops.AuthState {
-		u := st.Users[valkeyops.ExporterUser]
+	exporterKeeps := func(st model.AuthState, pw string) model.AuthState {
+		u := st.Users[model.ExporterUser]
 		u.Hashes = slices.Sorted(slices.Values(append(slices.Clone(u.Hashes), exporterHash(pw))))
-		st.Users[valkeyops.ExporterUser] = u
+		st.Users[model.ExporterUser] = u
 		return st
 	}
-	unreadable := func(name string) valkeyops.AuthState {
-		return valkeyops.AuthState{Node: valkeyops.Node{Name: name}, Err: errors.New("node unreachable")}
+	unreadable := func(name string) model.AuthState {
+		return model.AuthState{Node: model.Node{Name: name}, Err: errors.New("node unreachable")}
 	}
 	withoutApp := spec
 	withoutApp.Users = nil
@@ -62,9 +62,9 @@ func TestPlanCredentials(t *testing.T) {
 	tests := []struct {
 		name         string
 		login, want  string
-		spec         valkeyops.ACLSpec
+		spec         model.ACLSpec
 		nodes        []string
-		held         []valkeyops.AuthState
+		held         []model.AuthState
 		replication  []string
 		fixes        []fix
 		switchLogin  bool
@@ -75,86 +75,86 @@ func TestPlanCredentials(t *testing.T) {
 	}{
 		{
 			name: "converged: nothing to do", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
-			held: []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
+			held: []model.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
 		},
 		{
 			name: "a new ACL user reaches every server", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
-			held:  []valkeyops.AuthState{holds("a", withoutApp, c, c), holds("b", withoutApp, c, c)},
+			held:  []model.AuthState{holds("a", withoutApp, c, c), holds("b", withoutApp, c, c)},
 			fixes: []fix{{nodes: []string{"a", "b"}, users: []string{"app"}, logins: []string{c}}},
 		},
 		{
 			name: "only the server that differs is changed", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
-			held:  []valkeyops.AuthState{holds("a", spec, c, c), holds("b", withoutApp, c, c)},
+			held:  []model.AuthState{holds("a", spec, c, c), holds("b", withoutApp, c, c)},
 			fixes: []fix{{nodes: []string{"b"}, users: []string{"app"}, logins: []string{c}}},
 		},
 		{
 			name: "the application password changed", login: c, want: c, spec: newDefault, nodes: []string{"a"},
-			held:  []valkeyops.AuthState{holds("a", spec, c, c)},
+			held:  []model.AuthState{holds("a", spec, c, c)},
 			fixes: []fix{{nodes: []string{"a"}, users: []string{"default"}, logins: []string{c}}},
 		},
 		{
 			name: "an unreadable server is skipped, not guessed at", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
-			held:  []valkeyops.AuthState{holds("a", withoutApp, c, c), unreadable("b")},
+			held:  []model.AuthState{holds("a", withoutApp, c, c), unreadable("b")},
 			fixes: []fix{{nodes: []string{"a"}, users: []string{"app"}, logins: []string{c}}},
 		},
 		{
 			name: "a replica's masterauth differs from the login", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
-			held:        []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, d, c)},
+			held:        []model.AuthState{holds("a", spec, c, c), holds("b", spec, d, c)},
 			replication: []string{"b"},
 		},
 		{
 			name: "rotation, first pass: the new password is added everywhere, then logged in with", login: c, want: d, spec: spec, nodes: []string{"a", "b"},
-			held:        []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
+			held:        []model.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
 			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"exporter", "operator", "replication"}, logins: []string{c, d}}},
 			switchLogin: true,
 		},
 		{
 			name: "rotation waits for a node that is not a ready server", login: c, want: d, spec: spec, nodes: []string{"a", "b", "starting"},
-			held:       []valkeyops.AuthState{holds("a", spec, c, c), holds("b", spec, c, c, d)},
+			held:       []model.AuthState{holds("a", spec, c, c), holds("b", spec, c, c, d)},
 			fixes:      []fix{{nodes: []string{"a"}, users: []string{"exporter", "operator", "replication"}, logins: []string{c, d}}},
 			waitingFor: "starting",
 		},
 		{
 			name: "rotation waits for a server that cannot be read", login: c, want: d, spec: spec, nodes: []string{"a", "b"},
-			held:       []valkeyops.AuthState{holds("a", spec, c, c, d), unreadable("b")},
+			held:       []model.AuthState{holds("a", spec, c, c, d), unreadable("b")},
 			waitingFor: "b",
 		},
 		{
 			name: "rotation, second pass: masterauth follows the login, the old password stays", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
-			held:        []valkeyops.AuthState{holds("a", spec, c, c, d), holds("b", spec, c, c, d)},
+			held:        []model.AuthState{holds("a", spec, c, c, d), holds("b", spec, c, c, d)},
 			replication: []string{"a", "b"},
 		},
 		{
 			name: "rotation, third pass: every masterauth follows the login, the old password goes", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
-			held:    []valkeyops.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
+			held:    []model.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
 			fixes:   []fix{{nodes: []string{"a", "b"}, users: []string{"exporter", "operator", "replication"}, logins: []string{d}}},
 			retired: true,
 		},
 		{
 			name: "a server replicating as the operator moves to the replication user", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
-			held:        []valkeyops.AuthState{holds("a", spec, c, c), asOperator(holds("b", spec, c, c), c)},
+			held:        []model.AuthState{holds("a", spec, c, c), asOperator(holds("b", spec, c, c), c)},
 			replication: []string{"b"},
 		},
 		{
 			name: "while a node is unseen no server loses an operator password", login: d, want: d, spec: spec, nodes: []string{"a", "b", "new"},
-			held:        []valkeyops.AuthState{holds("a", spec, c, c, d), holds("b", spec, c, c, d)},
+			held:        []model.AuthState{holds("a", spec, c, c, d), holds("b", spec, c, c, d)},
 			replication: []string{"a", "b"},
 		},
 		{
 			name: "while a node is unseen an ACL edit keeps every operator password a server has", login: d, want: d, spec: spec, nodes: []string{"a", "new"},
-			held:         []valkeyops.AuthState{holds("a", withoutApp, d, d, "older-pw")},
+			held:         []model.AuthState{holds("a", withoutApp, d, d, "older-pw")},
 			fixes:        []fix{{nodes: []string{"a"}, users: []string{"app"}, logins: []string{d}}},
 			acceptsExtra: []string{"older-pw"},
 		},
 		{
 			name: "once every node is seen a stale operator password goes", login: d, want: d, spec: spec, nodes: []string{"a"},
-			held:    []valkeyops.AuthState{holds("a", spec, d, d, "older-pw")},
+			held:    []model.AuthState{holds("a", spec, d, d, "older-pw")},
 			fixes:   []fix{{nodes: []string{"a"}, users: []string{"exporter", "operator", "replication"}, logins: []string{d}}},
 			retired: true,
 		},
 		{
 			name: "rotation, third pass: a server keeps the old exporter password its own exporter was started with", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
-			held:      []valkeyops.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
+			held:      []model.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
 			exporters: map[string]string{"a": exporterHash(c), "b": exporterHash(d)},
 			fixes: []fix{
 				{nodes: []string{"a"}, users: []string{"operator", "replication"}, logins: []string{d}, exporterKeeps: []string{c}},
@@ -164,23 +164,23 @@ func TestPlanCredentials(t *testing.T) {
 		},
 		{
 			name: "converged: the kept exporter password stays while its exporter runs", login: d, want: d, spec: spec, nodes: []string{"a"},
-			held:      []valkeyops.AuthState{exporterKeeps(holds("a", spec, d, d), c)},
+			held:      []model.AuthState{exporterKeeps(holds("a", spec, d, d), c)},
 			exporters: map[string]string{"a": exporterHash(c)},
 		},
 		{
 			name: "its exporter gone (pod replaced), the old exporter password goes", login: d, want: d, spec: spec, nodes: []string{"a"},
-			held:    []valkeyops.AuthState{exporterKeeps(holds("a", spec, d, d), c)},
+			held:    []model.AuthState{exporterKeeps(holds("a", spec, d, d), c)},
 			fixes:   []fix{{nodes: []string{"a"}, users: []string{"exporter"}, logins: []string{d}}},
 			retired: true,
 		},
 		{
 			name: "an annotation naming a password the server does not hold adds nothing", login: d, want: d, spec: spec, nodes: []string{"a"},
-			held:      []valkeyops.AuthState{holds("a", spec, d, d)},
+			held:      []model.AuthState{holds("a", spec, d, d)},
 			exporters: map[string]string{"a": exporterHash("chosen-by-someone")},
 		},
 		{
 			name: "the Secret changed back mid-rotation: the record follows it", login: d, want: c, spec: spec, nodes: []string{"a"},
-			held:        []valkeyops.AuthState{holds("a", spec, c, c, d)},
+			held:        []model.AuthState{holds("a", spec, c, c, d)},
 			replication: []string{"a"},
 			switchLogin: true,
 		},
@@ -194,7 +194,7 @@ func TestPlanCredentials(t *testing.T) {
 				got := fix{nodes: nodeNames(f.nodes), users: f.users}
 				users := f.spec.Expected()
 				for _, l := range []string{c, d} {
-					if slices.Contains(users[valkeyops.OperatorUser].Hashes, valkeyops.HashPassword(l)) {
+					if slices.Contains(users[model.OperatorUser].Hashes, model.HashPassword(l)) {
 						got.logins = append(got.logins, l)
 					}
 				}
@@ -203,19 +203,19 @@ func TestPlanCredentials(t *testing.T) {
 				// the exporter user also the one its own exporter keeps.
 				var op, repl, exp []string
 				for _, pw := range append(slices.Clone(got.logins), tt.acceptsExtra...) {
-					op = append(op, valkeyops.HashPassword(pw))
-					repl = append(repl, valkeyops.HashPassword(valkeyops.ReplicationPassword(pw)))
+					op = append(op, model.HashPassword(pw))
+					repl = append(repl, model.HashPassword(model.ReplicationPassword(pw)))
 					exp = append(exp, exporterHash(pw))
 				}
 				for _, pw := range []string{c, d} {
-					if h := exporterHash(pw); slices.Contains(users[valkeyops.ExporterUser].Hashes, h) && !slices.Contains(exp, h) {
+					if h := exporterHash(pw); slices.Contains(users[model.ExporterUser].Hashes, h) && !slices.Contains(exp, h) {
 						got.exporterKeeps = append(got.exporterKeeps, pw)
 						exp = append(exp, h)
 					}
 				}
-				assert.ElementsMatch(t, op, users[valkeyops.OperatorUser].Hashes, "operator user's passwords")
-				assert.ElementsMatch(t, repl, users[valkeyops.ReplicationUser].Hashes, "replication user's passwords")
-				assert.ElementsMatch(t, exp, users[valkeyops.ExporterUser].Hashes, "exporter user's passwords")
+				assert.ElementsMatch(t, op, users[model.OperatorUser].Hashes, "operator user's passwords")
+				assert.ElementsMatch(t, repl, users[model.ReplicationUser].Hashes, "replication user's passwords")
+				assert.ElementsMatch(t, exp, users[model.ExporterUser].Hashes, "exporter user's passwords")
 				assert.Equal(t, tt.spec.DefaultPassword, f.spec.DefaultPassword)
 				assert.Equal(t, tt.login, f.spec.OperatorPassword, "the login is always accepted")
 				fixes = append(fixes, got)
@@ -231,5 +231,5 @@ func TestPlanCredentials(t *testing.T) {
 // exporterHash is the hash of the exporter password derived from operator password pw, as a
 // pod's AnnotationExporterPassword holds it.
 func exporterHash(pw string) string {
-	return valkeyops.HashPassword(valkeyops.ExporterPassword(pw))
+	return model.HashPassword(model.ExporterPassword(pw))
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -55,7 +55,7 @@ func TestLiveCredentials(t *testing.T) {
 	hashesAre := func(s *fakeAuthServer, user string, pws ...string) error {
 		var want []string
 		for _, pw := range pws {
-			want = append(want, valkeyops.HashPassword(pw))
+			want = append(want, model.HashPassword(pw))
 		}
 		if got := s.users[user].Hashes; !assert.ObjectsAreEqual(want, got) {
 			return fmt.Errorf("user %s accepts %d password(s), not the %d wanted", user, len(got), len(want))
@@ -75,16 +75,16 @@ func TestLiveCredentials(t *testing.T) {
 		serversHold(what, func(s *fakeAuthServer) error {
 			auth = secret("c-auth")
 			op, app := string(auth["operator-password"]), string(auth["password"])
-			if err := hashesAre(s, valkeyops.OperatorUser, op); err != nil {
+			if err := hashesAre(s, model.OperatorUser, op); err != nil {
 				return err
 			}
-			if err := hashesAre(s, valkeyops.ReplicationUser, valkeyops.ReplicationPassword(op)); err != nil {
+			if err := hashesAre(s, model.ReplicationUser, model.ReplicationPassword(op)); err != nil {
 				return err
 			}
 			if err := hashesAre(s, "default", app); err != nil {
 				return err
 			}
-			if s.masterUser != valkeyops.ReplicationUser || s.masterAuthHash != valkeyops.HashPassword(valkeyops.ReplicationPassword(op)) {
+			if s.masterUser != model.ReplicationUser || s.masterAuthHash != model.HashPassword(model.ReplicationPassword(op)) {
 				return fmt.Errorf("the replication login is not the one derived from the operator password")
 			}
 			return nil
@@ -93,7 +93,7 @@ func TestLiveCredentials(t *testing.T) {
 			return string(secret("c-auth-applied")["operator-password"]) == string(auth["operator-password"]) &&
 				fake.lastCredentials(key).Password == string(auth["operator-password"])
 		}), "%s: the record and the login follow", what)
-		assert.Equal(t, "masteruser replication\nmasterauth "+valkeyops.ReplicationPassword(string(auth["operator-password"]))+"\n", string(secret("c-auth")["replication.conf"]),
+		assert.Equal(t, "masteruser replication\nmasterauth "+model.ReplicationPassword(string(auth["operator-password"]))+"\n", string(secret("c-auth")["replication.conf"]),
 			"%s: new pods start with the new replication login", what)
 		assert.Zero(t, fakeCreds.refusedCount(key), "%s: no server ever refused the operator's login", what)
 		return auth

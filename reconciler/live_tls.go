@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/tlscheck"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -289,11 +289,11 @@ func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
 // rotateNode brings one node to the rollout's revision if it is due. It reports whether the
 // node is known to hold the revision, and whether its served certificate could be read at all
 // (a node that cannot be read is not retried early: every pass looks at it again).
-func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m valkeyops.Node, want *x509.Certificate, now time.Time) (current, examined bool) {
+func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m model.Node, want *x509.Certificate, now time.Time) (current, examined bool) {
 	untrustedKey := ReasonCertUntrusted + "/" + m.Name
 	served, err := p.valkey.ServedCertificate(ctx, m)
 	if err != nil {
-		if errors.Is(err, valkeyops.ErrUntrustedCertificate) {
+		if errors.Is(err, model.ErrUntrustedCertificate) {
 			// The operator cannot talk to the node at all: its command connections verify the
 			// same way. Typically a CA replaced in one step instead of through a bundle.
 			r.warnAs(p, untrustedKey, ReasonCertUntrusted, "ReloadTLS", fmt.Sprintf(

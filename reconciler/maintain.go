@@ -8,7 +8,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/resolve"
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -125,10 +125,10 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 	if err != nil {
 		return done(ctrl.Result{}, err)
 	}
-	spec.ReplicationSyncsSlots = valkeyops.ReplicationSyncsSlots(versions)
-	err = valkeyops.ValidateACL(spec)
+	spec.ReplicationSyncsSlots = model.ReplicationSyncsSlots(versions)
+	err = model.ValidateACL(spec)
 	if err == nil {
-		err = valkeyops.CheckCommands(spec, versions)
+		err = model.CheckCommands(spec, versions)
 	}
 	if err != nil {
 		r.warn(p, ReasonACLRejected, "RenderACL", "spec.acl not applied, the nodes keep the last valid ACL: "+err.Error())
@@ -139,7 +139,7 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 	err = apply(ctx, r, p, owned[*corev1.ConfigMap, *corev1ac.ConfigMapApplyConfiguration]{
 		kind: "ConfigMap", name: render.ACLConfigMapName(p.key.Name), live: &corev1.ConfigMap{},
 		desire: func(bool) (*corev1ac.ConfigMapApplyConfiguration, error) {
-			return render.ACLConfigMap(p.key.Name, p.key.Namespace, valkeyops.RenderACL(spec)).
+			return render.ACLConfigMap(p.key.Name, p.key.Namespace, model.RenderACL(spec)).
 				WithOwnerReferences(p.clusterOwner()), nil
 		},
 		extract: corev1ac.ExtractConfigMap,

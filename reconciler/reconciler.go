@@ -22,6 +22,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/settings"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -176,15 +177,15 @@ type pass struct {
 	// operatorPasswordWanted is the auth Secret's, which differs while a rotation to it is
 	// under way (live_acl.go). acl is the ACL every server should hold.
 	defaultPassword, operatorPassword, operatorPasswordWanted string
-	acl                                                       valkeyops.ACLSpec
+	acl                                                       model.ACLSpec
 
 	nodes    []views.Node           // the cluster's ValkeyNodes, by shard then name
 	pods     map[string]*corev1.Pod // their pods by name
 	formed   bool                   // every existing node is Active: a formed cluster
 	resolved resolve.Resolved       // configRef resolved to settings and image
-	members  []valkeyops.Node       // the nodes whose pods are ready, as valkeyops sees them
+	members  []model.Node           // the nodes whose pods are ready, as valkeyops sees them
 	valkey   ValkeyClient           // the cluster's client, once connected
-	snapshot *valkeyops.Snapshot    // the servers' own views (Active phase)
+	snapshot *model.Snapshot        // the servers' own views (Active phase)
 	// nodesLoaded: load-members ran (nodes and members are this pass's).
 	nodesLoaded bool
 	// maintenance: the Kubernetes nodes running the pass's pods, true for those in

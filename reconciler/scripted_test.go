@@ -19,6 +19,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,7 +30,8 @@ import (
 // model what valkeyops does to real servers (the same checks, the same commands in the same
 // order) and each command changes the model the way a real server would, refusing what a
 // real server refuses. Observe renders every server's CLUSTER NODES text and parses it with
-// valkeyops' own parser, so the planner sees exactly the shape valkeyops.Observe produces.
+// model.ParseClusterNodes, the parser valkeyops.Observe uses, so the planner sees exactly
+// the shape valkeyops.Observe produces.
 //
 // The simplifications, all on the side of time rather than behaviour: gossip converges at
 // once among servers that know each other (MEET merges the two sides' tables), a failure is
@@ -73,7 +75,7 @@ func (s *scriptedValkey) model(key types.NamespacedName) *valkeyModel {
 // certificate the credentials' own verification rejects, and (WRONGPASS) a password other
 // than the one the cluster's servers were first reached with.
 func (s *scriptedValkey) Connect(_ context.Context, key types.NamespacedName, cred valkeyops.Credentials) (reconciler.ValkeyClient, error) {
-	if cred.Username != valkeyops.OperatorUser || cred.Password == "" {
+	if cred.Username != model.OperatorUser || cred.Password == "" {
 		return nil, fmt.Errorf("scripted: refusing unauthenticated connection")
 	}
 	if err := verifyServedCertificate(cred); err != nil {
@@ -150,7 +152,7 @@ func (pv processValkey) Release(key types.NamespacedName) { pv.v.Release(key) }
 
 // modelServer is one Valkey process as the model knows it.
 type modelServer struct {
-	node        valkeyops.Node // ValkeyNode name, pod address, shard (from the pod)
+	node        model.Node // ValkeyNode name, pod address, shard (from the pod)
 	id          string
 	alive       bool
 	primaryID   string // "" for a primary
@@ -194,8 +196,8 @@ type valkeyModel struct {
 	byAddr       map[string]*modelServer
 	byName       map[string]*modelServer
 	byID         map[string]*modelServer
-	owner        [valkeyops.SlotCount]string // slot -> owner ID ("" = nobody)
-	data         [valkeyops.SlotCount]string // slot -> ID of the server holding its keys
+	owner        [model.SlotCount]string // slot -> owner ID ("" = nobody)
+	data         [model.SlotCount]string // slot -> ID of the server holding its keys
 	currentEpoch uint64
 	serial       int
 
@@ -238,7 +240,7 @@ type rebalanceBreak struct {
 var errHold = errors.New("scripted: holding until cancelled")
 
 func scriptedOpErr(node, step string, err error) error {
-	return &valkeyops.OpError{Node: node, Step: step, Err: err}
+	return &model.OpError{Node: node, Step: step, Err: err}
 }
 
 // scriptedServerErr is an error reply of a real server (what valkeyops surfaces as is).
@@ -250,7 +252,7 @@ func scriptedServerErr(node, step, format string, args ...any) error {
 // lock, and records the call, flagging any other call of the same cluster still in flight.
 func (m *valkeyModel) write(ctx context.Context, proc *scriptedProcess, op, args, target string, fn func(*writeOp) error) error {
 	if proc.gone() {
-		return scriptedOpErr("", strings.ToLower(op), fmt.Errorf("%w: connection closed (the operator process is dead)", valkeyops.ErrUnreachable))
+		return scriptedOpErr("", strings.ToLower(op), fmt.Errorf("%w: connection closed (the operator process is dead)", model.ErrUnreachable))
 	}
 	m.mu.Lock()
 	w := &writeOp{Op: op, Args: args, Start: time.Now()}
@@ -269,7 +271,7 @@ func (m *valkeyModel) write(ctx context.Context, proc *scriptedProcess, op, args
 	m.mu.Unlock()
 
 	var err error
-	dead := fmt.Errorf("%w: connection closed (the operator process is dead)", valkeyops.ErrUnreachable)
+	dead := fmt.Errorf("%w: connection closed (the operator process is dead)", model.ErrUnreachable)
 	if gate != nil {
 		select {
 		case <-gate.open:
@@ -341,7 +343,7 @@ func (m *valkeyModel) cmd(w *writeOp, s *modelServer, args ...string) error {
 		if s != nil {
 			name = s.node.Name
 		}
-		return scriptedOpErr(name, strings.ToLower(strings.Join(args[:min(2, len(args))], "-")), fmt.Errorf("%w: connection refused", valkeyops.ErrUnreachable))
+		return scriptedOpErr(name, strings.ToLower(strings.Join(args[:min(2, len(args))], "-")), fmt.Errorf("%w: connection refused", model.ErrUnreachable))
 	}
 	m.check("before " + strings.Join(args, " ") + " to " + s.node.Name)
 	logged := slices.Clone(args)
@@ -356,9 +358,9 @@ func (m *valkeyModel) cmd(w *writeOp, s *modelServer, args ...string) error {
 
 func modelRole(s *modelServer) string {
 	if s.primary() {
-		return string(valkeyops.RolePrimary)
+		return string(model.RolePrimary)
 	}
-	return string(valkeyops.RoleReplica)
+	return string(model.RoleReplica)
 }
 
 // sees reports whether s's view has a node of that ID.
@@ -422,14 +424,14 @@ func (m *valkeyModel) clusterNodes(s *modelServer) string {
 		if !p.primary() {
 			primary = p.primaryID
 		}
-		link := "connected"
+		link := model.BusConnected
 		if p != s && !p.alive {
-			link = "disconnected"
+			link = model.BusDisconnected
 		}
 		host, port, _ := strings.Cut(p.node.Addr, ":")
 		bus, _ := strconv.Atoi(port)
 		fmt.Fprintf(&b, "%s %s:%s@%d %s %s 0 1700000000000 %d %s", id, host, port, bus+10000, flags, primary, p.configEpoch, link)
-		for _, r := range valkeyops.CompactSlots(m.slotsOf(id)) {
+		for _, r := range model.CompactSlots(m.slotsOf(id)) {
 			b.WriteString(" " + r.String())
 		}
 		if p == s {
@@ -455,14 +457,14 @@ func sortedSlots(m map[int]string) []int {
 }
 
 // state is what valkeyops' observeOne builds for the server at n.Addr.
-func (m *valkeyModel) state(n valkeyops.Node) valkeyops.NodeState {
-	st := valkeyops.NodeState{Node: n}
+func (m *valkeyModel) state(n model.Node) model.NodeState {
+	st := model.NodeState{Node: n}
 	s := m.byAddr[n.Addr]
 	if s == nil || !s.alive {
-		st.Err = scriptedOpErr(n.Name, "observe", fmt.Errorf("%w: dial tcp %s: connection refused", valkeyops.ErrUnreachable, n.Addr))
+		st.Err = scriptedOpErr(n.Name, "observe", fmt.Errorf("%w: dial tcp %s: connection refused", model.ErrUnreachable, n.Addr))
 		return st
 	}
-	view, err := valkeyops.ParseClusterNodes(m.clusterNodes(s))
+	view, err := model.ParseClusterNodes(m.clusterNodes(s))
 	if err != nil {
 		st.Err = scriptedOpErr(n.Name, "observe", err)
 		return st
@@ -478,27 +480,27 @@ func (m *valkeyModel) state(n valkeyops.Node) valkeyops.NodeState {
 	if self := st.Self(); self != nil {
 		st.ID, st.Flags, st.Slots, st.ConfigEpoch = self.ID, self.Flags, self.Slots, self.ConfigEpoch
 		if self.IsReplica() {
-			st.Role, st.PrimaryID, st.LinkState = valkeyops.RoleReplica, self.PrimaryID, "down"
+			st.Role, st.PrimaryID, st.PrimaryLink = model.RoleReplica, self.PrimaryID, model.PrimaryLinkDown
 			if p := m.byID[s.primaryID]; s.linked && p != nil && p.alive {
-				st.LinkState = "up"
+				st.PrimaryLink = model.PrimaryLinkUp
 			}
 		} else {
-			st.Role, st.LinkState = valkeyops.RolePrimary, "up"
+			st.Role, st.PrimaryLink = model.RolePrimary, model.PrimaryLinkUp
 		}
 	}
 	return st
 }
 
 // snapshot observes nodes as valkeyops.Observe does (same order, unreachable ones kept).
-func (m *valkeyModel) snapshot(nodes []valkeyops.Node) (*valkeyops.Snapshot, error) {
+func (m *valkeyModel) snapshot(nodes []model.Node) (*model.Snapshot, error) {
 	seen := map[string]bool{}
 	for _, n := range nodes {
 		if seen[n.Name] {
-			return nil, scriptedOpErr(n.Name, "observe", fmt.Errorf("%w: duplicate node name", valkeyops.ErrInvalidSpec))
+			return nil, scriptedOpErr(n.Name, "observe", fmt.Errorf("%w: duplicate node name", model.ErrInvalidSpec))
 		}
 		seen[n.Name] = true
 	}
-	snap := &valkeyops.Snapshot{}
+	snap := &model.Snapshot{}
 	for _, n := range nodes {
 		snap.Nodes = append(snap.Nodes, m.state(n))
 	}
@@ -508,12 +510,12 @@ func (m *valkeyModel) snapshot(nodes []valkeyops.Node) (*valkeyops.Snapshot, err
 // modelMember is a server reached through the address a caller gave, with the caller's Node.
 type modelMember struct {
 	*modelServer
-	n valkeyops.Node
+	n model.Node
 }
 
 // members resolves nodes to the servers answering at their addresses; unreachable ones are
 // nil. A caller naming a node twice is refused as valkeyops refuses it.
-func (m *valkeyModel) members(nodes []valkeyops.Node) ([]modelMember, error) {
+func (m *valkeyModel) members(nodes []model.Node) ([]modelMember, error) {
 	if _, err := m.snapshot(nodes); err != nil {
 		return nil, err
 	}
@@ -530,7 +532,7 @@ func (m *valkeyModel) members(nodes []valkeyops.Node) ([]modelMember, error) {
 func requireAllMembers(ms []modelMember) error {
 	for _, x := range ms {
 		if x.modelServer == nil {
-			return scriptedOpErr(x.n.Name, "observe", fmt.Errorf("%w: connection refused", valkeyops.ErrUnreachable))
+			return scriptedOpErr(x.n.Name, "observe", fmt.Errorf("%w: connection refused", model.ErrUnreachable))
 		}
 	}
 	return nil
@@ -565,7 +567,7 @@ func (m *valkeyModel) configSet(w *writeOp, s *modelServer, kv ...string) error 
 	// operator's, as the rendered ACL says.
 	for i := 0; i+1 < len(kv); i += 2 {
 		if kv[i] == "masterauth" {
-			s.masterauth = kv[i+1] == valkeyops.ReplicationPassword(m.password)
+			s.masterauth = kv[i+1] == model.ReplicationPassword(m.password)
 		}
 	}
 	return nil
@@ -588,7 +590,7 @@ func (m *valkeyModel) setConfigEpoch(w *writeOp, s *modelServer, epoch uint64) e
 
 func (m *valkeyModel) addSlots(w *writeOp, s *modelServer, slots []int) error {
 	args := []string{"CLUSTER", "ADDSLOTSRANGE"}
-	for _, r := range valkeyops.CompactSlots(slots) {
+	for _, r := range model.CompactSlots(slots) {
 		args = append(args, strconv.Itoa(r.Start), strconv.Itoa(r.End))
 	}
 	if err := m.cmd(w, s, args...); err != nil {
@@ -622,7 +624,7 @@ func (m *valkeyModel) meet(w *writeOp, a, b *modelServer) error {
 		return err
 	}
 	if t := m.byAddr[b.node.Addr]; t != b || !b.alive {
-		return scriptedOpErr(a.node.Name, "meet-wait", fmt.Errorf("%w: no handshake with %s", valkeyops.ErrNotConverged, b.node.Addr))
+		return scriptedOpErr(a.node.Name, "meet-wait", fmt.Errorf("%w: no handshake with %s", model.ErrNotConverged, b.node.Addr))
 	}
 	ids := map[string]bool{a.id: true, b.id: true}
 	failed := map[string]bool{}
@@ -792,7 +794,7 @@ type scriptedClient struct {
 
 var _ reconciler.ValkeyClient = (*scriptedClient)(nil)
 
-func joinNodeNames(nodes []valkeyops.Node) string {
+func joinNodeNames(nodes []model.Node) string {
 	out := make([]string, len(nodes))
 	for i, n := range nodes {
 		out[i] = n.Name
@@ -800,7 +802,7 @@ func joinNodeNames(nodes []valkeyops.Node) string {
 	return strings.Join(out, ",")
 }
 
-func (c *scriptedClient) Observe(_ context.Context, nodes []valkeyops.Node) (*valkeyops.Snapshot, error) {
+func (c *scriptedClient) Observe(_ context.Context, nodes []model.Node) (*model.Snapshot, error) {
 	if c.proc.gone() {
 		return nil, fmt.Errorf("scripted: connection closed (the operator process is dead)")
 	}
@@ -813,19 +815,19 @@ func (c *scriptedClient) Observe(_ context.Context, nodes []valkeyops.Node) (*va
 // node, set replication credentials, give fresh nodes distinct epochs, assign shard i's
 // unowned part of range i to its primary, MEET every pair, attach the replicas, and report
 // not converged unless every node then serves.
-func (c *scriptedClient) Bootstrap(ctx context.Context, nodes []valkeyops.Node, shards int) error {
+func (c *scriptedClient) Bootstrap(ctx context.Context, nodes []model.Node, shards int) error {
 	m := c.m
 	return m.write(ctx, c.proc, "Join", fmt.Sprintf("shards=%d nodes=%s", shards, joinNodeNames(nodes)), "", func(w *writeOp) error {
-		groups := make([][]valkeyops.Node, max(shards, 0))
+		groups := make([][]model.Node, max(shards, 0))
 		for _, n := range nodes {
 			if n.Shard < 0 || n.Shard >= shards {
-				return scriptedOpErr(n.Name, "validate", fmt.Errorf("%w: shard %d outside 0..%d", valkeyops.ErrInvalidSpec, n.Shard, shards-1))
+				return scriptedOpErr(n.Name, "validate", fmt.Errorf("%w: shard %d outside 0..%d", model.ErrInvalidSpec, n.Shard, shards-1))
 			}
 			groups[n.Shard] = append(groups[n.Shard], n)
 		}
 		for i, g := range groups {
 			if len(g) == 0 {
-				return scriptedOpErr("", "validate", fmt.Errorf("%w: shard %d has no nodes", valkeyops.ErrInvalidSpec, i))
+				return scriptedOpErr("", "validate", fmt.Errorf("%w: shard %d has no nodes", model.ErrInvalidSpec, i))
 			}
 		}
 		ms, err := m.members(nodes)
@@ -836,7 +838,7 @@ func (c *scriptedClient) Bootstrap(ctx context.Context, nodes []valkeyops.Node, 
 			return err
 		}
 		for _, x := range ms {
-			user, pw := valkeyops.ReplicationLogin(m.password)
+			user, pw := model.ReplicationLogin(m.password)
 			if err := m.configSet(w, x.modelServer, "masteruser", user, "masterauth", pw); err != nil {
 				return err
 			}
@@ -856,18 +858,18 @@ func (c *scriptedClient) Bootstrap(ctx context.Context, nodes []valkeyops.Node, 
 				}
 			}
 		}
-		owned := make([]bool, valkeyops.SlotCount)
+		owned := make([]bool, model.SlotCount)
 		for slot, o := range m.owner {
 			for _, x := range ms {
 				owned[slot] = owned[slot] || x.sees(o)
 			}
 		}
-		ranges := valkeyops.EvenRanges(shards)
+		ranges := model.EvenRanges(shards)
 		primaries := make([]modelMember, shards)
 		for shard, g := range groups {
 			p, ok := m.choosePrimary(ms, g)
 			if !ok {
-				return scriptedOpErr(g[0].Name, "choose-primary", fmt.Errorf("%w: shard %d has no node that can be primary", valkeyops.ErrUnsafe, shard))
+				return scriptedOpErr(g[0].Name, "choose-primary", fmt.Errorf("%w: shard %d has no node that can be primary", model.ErrUnsafe, shard))
 			}
 			primaries[shard] = p
 		}
@@ -913,7 +915,7 @@ func (c *scriptedClient) Bootstrap(ctx context.Context, nodes []valkeyops.Node, 
 
 // choosePrimary mirrors valkeyops: the member owning the most slots, else a primary that a
 // member replicates, else the first member that is a primary.
-func (m *valkeyModel) choosePrimary(ms []modelMember, group []valkeyops.Node) (modelMember, bool) {
+func (m *valkeyModel) choosePrimary(ms []modelMember, group []model.Node) (modelMember, bool) {
 	var in []modelMember
 	for _, n := range group {
 		x, _ := memberNamed(ms, n.Name)
@@ -966,15 +968,15 @@ func (m *valkeyModel) meetAll(w *writeOp, ms []modelMember) error {
 // owns slots; else replication credentials and CLUSTER REPLICATE.
 func (m *valkeyModel) attach(w *writeOp, s, p *modelServer) error {
 	if !s.known[p.id] || !p.primary() {
-		return scriptedOpErr(s.node.Name, "replicate", fmt.Errorf("%w: %s does not know primary %s yet", valkeyops.ErrNotConverged, s.node.Name, p.node.Name))
+		return scriptedOpErr(s.node.Name, "replicate", fmt.Errorf("%w: %s does not know primary %s yet", model.ErrNotConverged, s.node.Name, p.node.Name))
 	}
 	if s.primaryID == p.id {
 		return nil
 	}
 	if len(m.slotsOf(s.id)) > 0 {
-		return scriptedOpErr(s.node.Name, "replicate", fmt.Errorf("%w: node owns slots", valkeyops.ErrUnsafe))
+		return scriptedOpErr(s.node.Name, "replicate", fmt.Errorf("%w: node owns slots", model.ErrUnsafe))
 	}
-	user, pw := valkeyops.ReplicationLogin(m.password)
+	user, pw := model.ReplicationLogin(m.password)
 	if err := m.configSet(w, s, "masteruser", user, "masterauth", pw); err != nil {
 		return err
 	}
@@ -989,7 +991,7 @@ func (m *valkeyModel) serving(ms []modelMember, check func(modelMember) error) e
 		switch {
 		case x.modelServer == nil:
 			why = fmt.Errorf("%s unreachable", x.n.Name)
-		case m.assigned(x.modelServer) != valkeyops.SlotCount:
+		case m.assigned(x.modelServer) != model.SlotCount:
 			why = fmt.Errorf("%s sees %d slots assigned", x.n.Name, m.assigned(x.modelServer))
 		case m.clusterState(x.modelServer) != "ok":
 			why = fmt.Errorf("%s reports cluster_state fail", x.n.Name)
@@ -997,14 +999,14 @@ func (m *valkeyModel) serving(ms []modelMember, check func(modelMember) error) e
 			why = check(x)
 		}
 		if why != nil {
-			return scriptedOpErr("", "converge", fmt.Errorf("%w: %v", valkeyops.ErrNotConverged, why))
+			return scriptedOpErr("", "converge", fmt.Errorf("%w: %v", model.ErrNotConverged, why))
 		}
 	}
 	return nil
 }
 
 // Replicate mirrors valkeyops.Admin.Replicate.
-func (c *scriptedClient) Replicate(ctx context.Context, nodes []valkeyops.Node, name string, shard int) error {
+func (c *scriptedClient) Replicate(ctx context.Context, nodes []model.Node, name string, shard int) error {
 	m := c.m
 	return m.write(ctx, c.proc, "Replicate", fmt.Sprintf("%s shard=%d", name, shard), name, func(w *writeOp) error {
 		ms, err := m.members(nodes)
@@ -1013,7 +1015,7 @@ func (c *scriptedClient) Replicate(ctx context.Context, nodes []valkeyops.Node, 
 		}
 		r, ok := memberNamed(ms, name)
 		if !ok || r.modelServer == nil {
-			return scriptedOpErr(name, "replicate", valkeyops.ErrUnreachable)
+			return scriptedOpErr(name, "replicate", model.ErrUnreachable)
 		}
 		var p modelMember
 		for _, x := range ms {
@@ -1022,7 +1024,7 @@ func (c *scriptedClient) Replicate(ctx context.Context, nodes []valkeyops.Node, 
 			}
 		}
 		if p.modelServer == nil {
-			return scriptedOpErr(name, "replicate", fmt.Errorf("%w: shard %d has no slot-holding primary", valkeyops.ErrInvalidSpec, shard))
+			return scriptedOpErr(name, "replicate", fmt.Errorf("%w: shard %d has no slot-holding primary", model.ErrInvalidSpec, shard))
 		}
 		if !r.sees(p.id) {
 			if err := m.meetAll(w, reachableMembers(ms)); err != nil {
@@ -1036,7 +1038,7 @@ func (c *scriptedClient) Replicate(ctx context.Context, nodes []valkeyops.Node, 
 			return err
 		}
 		if !r.linked || r.primaryID != p.id {
-			return scriptedOpErr("", "replicate-link", fmt.Errorf("%w: %s link down", valkeyops.ErrNotConverged, name))
+			return scriptedOpErr("", "replicate-link", fmt.Errorf("%w: %s link down", model.ErrNotConverged, name))
 		}
 		return nil
 	})
@@ -1044,8 +1046,8 @@ func (c *scriptedClient) Replicate(ctx context.Context, nodes []valkeyops.Node, 
 
 // Rebalance mirrors valkeyops.Admin.Rebalance on the key-by-key path: every node must answer
 // and report ok; slots left open by an earlier run are finished first; then the moves of
-// valkeyops.PlanRebalance run, each slot opened on both ends, its keys migrated, and claimed.
-func (c *scriptedClient) Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) (valkeyops.MoveStats, error) {
+// model.PlanRebalance run, each slot opened on both ends, its keys migrated, and claimed.
+func (c *scriptedClient) Rebalance(ctx context.Context, nodes []model.Node, leaving []string) (valkeyops.MoveStats, error) {
 	m := c.m
 	sorted := append([]string(nil), leaving...)
 	sort.Strings(sorted)
@@ -1061,43 +1063,43 @@ func (c *scriptedClient) Rebalance(ctx context.Context, nodes []valkeyops.Node, 
 		}
 		for _, x := range ms {
 			if x.modelServer == nil {
-				return scriptedOpErr(x.n.Name, "rebalance-precheck", fmt.Errorf("%w: connection refused", valkeyops.ErrUnreachable))
+				return scriptedOpErr(x.n.Name, "rebalance-precheck", fmt.Errorf("%w: connection refused", model.ErrUnreachable))
 			}
 			if st := m.clusterState(x.modelServer); st != "ok" {
-				return scriptedOpErr(x.n.Name, "rebalance-precheck", fmt.Errorf("%w: cluster_state is %q", valkeyops.ErrUnsafe, st))
+				return scriptedOpErr(x.n.Name, "rebalance-precheck", fmt.Errorf("%w: cluster_state is %q", model.ErrUnsafe, st))
 			}
 		}
 		if err := m.finishOpen(w, ms); err != nil {
 			return err
 		}
-		owned := map[string][]valkeyops.SlotRange{}
+		owned := map[string][]model.SlotRange{}
 		for _, x := range ms {
 			if x.primary() {
 				if s := m.slotsOf(x.id); len(s) > 0 {
-					owned[x.id] = valkeyops.CompactSlots(s)
+					owned[x.id] = model.CompactSlots(s)
 				}
 			}
 		}
 		targets := scriptedTargets(m, ms, leave)
 		if len(targets) == 0 {
-			return scriptedOpErr("", "plan", fmt.Errorf("%w: no primary left to hold slots", valkeyops.ErrInvalidSpec))
+			return scriptedOpErr("", "plan", fmt.Errorf("%w: no primary left to hold slots", model.ErrInvalidSpec))
 		}
-		moves, err := valkeyops.PlanRebalance(owned, targets)
+		moves, err := model.PlanRebalance(owned, targets)
 		if err != nil {
 			return scriptedOpErr("", "plan", err)
 		}
 		for _, mv := range moves {
-			if err := m.moveSlots(w, m.byID[mv.From], m.byID[mv.To], valkeyops.ExpandSlots(mv.Slots)); err != nil {
+			if err := m.moveSlots(w, m.byID[mv.From], m.byID[mv.To], model.ExpandSlots(mv.Slots)); err != nil {
 				return err
 			}
-			moved.Slots += valkeyops.CountSlots(mv.Slots)
+			moved.Slots += model.CountSlots(mv.Slots)
 		}
 		for _, x := range ms {
 			if leave[x.n.Name] && x.primary() && len(m.slotsOf(x.id)) > 0 {
-				return scriptedOpErr("", "rebalance-converge", fmt.Errorf("%w: leaving %s still owns slots", valkeyops.ErrNotConverged, x.n.Name))
+				return scriptedOpErr("", "rebalance-converge", fmt.Errorf("%w: leaving %s still owns slots", model.ErrNotConverged, x.n.Name))
 			}
 			if len(x.importing)+len(x.migrating) > 0 {
-				return scriptedOpErr("", "rebalance-converge", fmt.Errorf("%w: %s has open slots", valkeyops.ErrNotConverged, x.n.Name))
+				return scriptedOpErr("", "rebalance-converge", fmt.Errorf("%w: %s has open slots", model.ErrNotConverged, x.n.Name))
 			}
 		}
 		return m.serving(ms, nil)
@@ -1205,7 +1207,7 @@ const moveChunk = 512
 // NODE on src. An armed rebalanceBreak stops it between opening a chunk and migrating it.
 func (m *valkeyModel) moveSlots(w *writeOp, src, dst *modelServer, slots []int) error {
 	if src == nil || dst == nil {
-		return scriptedOpErr("", "migrate", fmt.Errorf("%w: move endpoint not observed", valkeyops.ErrUnreachable))
+		return scriptedOpErr("", "migrate", fmt.Errorf("%w: move endpoint not observed", model.ErrUnreachable))
 	}
 	moved := 0
 	for len(slots) > 0 {
@@ -1248,7 +1250,7 @@ func (m *valkeyModel) moveSlots(w *writeOp, src, dst *modelServer, slots []int) 
 
 // RemoveNode mirrors valkeyops.Admin.RemoveNode: the node must be among nodes, answer and own
 // no slots; every other node forgets it (the node itself is left as it is until its pod goes).
-func (c *scriptedClient) RemoveNode(ctx context.Context, nodes []valkeyops.Node, name string) error {
+func (c *scriptedClient) RemoveNode(ctx context.Context, nodes []model.Node, name string) error {
 	m := c.m
 	return m.write(ctx, c.proc, "Remove", name, name, func(w *writeOp) error {
 		ms, err := m.members(nodes)
@@ -1258,11 +1260,11 @@ func (c *scriptedClient) RemoveNode(ctx context.Context, nodes []valkeyops.Node,
 		r, ok := memberNamed(ms, name)
 		switch {
 		case !ok:
-			return scriptedOpErr(name, "remove-node", fmt.Errorf("%w: node not in the given set", valkeyops.ErrInvalidSpec))
+			return scriptedOpErr(name, "remove-node", fmt.Errorf("%w: node not in the given set", model.ErrInvalidSpec))
 		case r.modelServer == nil:
-			return scriptedOpErr(name, "remove-node", fmt.Errorf("%w: cannot tell its role", valkeyops.ErrUnreachable))
+			return scriptedOpErr(name, "remove-node", fmt.Errorf("%w: cannot tell its role", model.ErrUnreachable))
 		case len(m.slotsOf(r.id)) > 0:
-			return scriptedOpErr(name, "remove-node", fmt.Errorf("%w: node owns slots", valkeyops.ErrUnsafe))
+			return scriptedOpErr(name, "remove-node", fmt.Errorf("%w: node owns slots", model.ErrUnsafe))
 		}
 		var rest []modelMember
 		for _, x := range ms {
@@ -1293,7 +1295,7 @@ func (m *valkeyModel) forgetAll(w *writeOp, ms []modelMember, ids []string) erro
 
 // Settle mirrors valkeyops.Admin.Settle: a CONFIG SET on each named node, which a node that
 // cannot be reached refuses (the others are still set). The model keeps no settings.
-func (c *scriptedClient) Settle(ctx context.Context, nodes []valkeyops.Node) error {
+func (c *scriptedClient) Settle(ctx context.Context, nodes []model.Node) error {
 	m := c.m
 	return m.write(ctx, c.proc, "Settle", joinNodeNames(nodes), "", func(*writeOp) error {
 		ms, err := m.members(nodes)
@@ -1303,7 +1305,7 @@ func (c *scriptedClient) Settle(ctx context.Context, nodes []valkeyops.Node) err
 		var errs []error
 		for _, x := range ms {
 			if x.modelServer == nil {
-				errs = append(errs, scriptedOpErr(x.n.Name, "settle-node-timeout", valkeyops.ErrUnreachable))
+				errs = append(errs, scriptedOpErr(x.n.Name, "settle-node-timeout", model.ErrUnreachable))
 			}
 		}
 		return errors.Join(errs...)
@@ -1311,7 +1313,7 @@ func (c *scriptedClient) Settle(ctx context.Context, nodes []valkeyops.Node) err
 }
 
 // Forget mirrors valkeyops.Admin.Forget.
-func (c *scriptedClient) Forget(ctx context.Context, nodes []valkeyops.Node, ids []string) error {
+func (c *scriptedClient) Forget(ctx context.Context, nodes []model.Node, ids []string) error {
 	m := c.m
 	return m.write(ctx, c.proc, "Forget", strings.Join(ids, ","), "", func(w *writeOp) error {
 		ms, err := m.members(nodes)
@@ -1325,7 +1327,7 @@ func (c *scriptedClient) Forget(ctx context.Context, nodes []valkeyops.Node, ids
 // Failover mirrors valkeyops.Admin.Failover: nothing for a node that is already a replica,
 // ErrNoInSyncReplica without a linked, caught-up replica, else a graceful CLUSTER FAILOVER
 // sent to the best replica (which real Valkey refuses while its primary is down).
-func (c *scriptedClient) Failover(ctx context.Context, nodes []valkeyops.Node, primary string) error {
+func (c *scriptedClient) Failover(ctx context.Context, nodes []model.Node, primary string) error {
 	m := c.m
 	return m.write(ctx, c.proc, "Failover", primary, primary, func(w *writeOp) error {
 		ms, err := m.members(nodes)
@@ -1334,15 +1336,15 @@ func (c *scriptedClient) Failover(ctx context.Context, nodes []valkeyops.Node, p
 		}
 		p, ok := memberNamed(ms, primary)
 		if !ok || p.modelServer == nil {
-			return scriptedOpErr(primary, "failover", valkeyops.ErrUnreachable)
+			return scriptedOpErr(primary, "failover", model.ErrUnreachable)
 		}
 		if !p.primary() {
 			return nil
 		}
 		snap, _ := m.snapshot(nodes)
-		best := valkeyops.BestReplica(snap, p.id)
+		best := model.BestReplica(snap, p.id)
 		if best == nil {
-			return scriptedOpErr(primary, "failover", valkeyops.ErrNoInSyncReplica)
+			return scriptedOpErr(primary, "failover", model.ErrNoInSyncReplica)
 		}
 		r := m.byAddr[best.Addr]
 		return m.clusterFailover(w, r, "")
@@ -1374,7 +1376,7 @@ func (m *valkeyModel) clusterFailover(w *writeOp, r *modelServer, mode string) e
 
 // Takeover mirrors valkeyops.Admin.Takeover: nothing for a primary, else CLUSTER FAILOVER
 // TAKEOVER, which needs no vote.
-func (c *scriptedClient) Takeover(ctx context.Context, nodes []valkeyops.Node, replica string) error {
+func (c *scriptedClient) Takeover(ctx context.Context, nodes []model.Node, replica string) error {
 	m := c.m
 	return m.write(ctx, c.proc, "Takeover", replica, replica, func(w *writeOp) error {
 		ms, err := m.members(nodes)
@@ -1383,7 +1385,7 @@ func (c *scriptedClient) Takeover(ctx context.Context, nodes []valkeyops.Node, r
 		}
 		r, ok := memberNamed(ms, replica)
 		if !ok || r.modelServer == nil {
-			return scriptedOpErr(replica, "takeover", valkeyops.ErrUnreachable)
+			return scriptedOpErr(replica, "takeover", model.ErrUnreachable)
 		}
 		if r.primary() {
 			return nil
@@ -1394,7 +1396,7 @@ func (c *scriptedClient) Takeover(ctx context.Context, nodes []valkeyops.Node, r
 
 // ForceFailover mirrors valkeyops.Admin.ForceFailover: nothing for a primary, else CLUSTER
 // FAILOVER FORCE, whose election still needs a majority of the slot-holding primaries alive.
-func (c *scriptedClient) ForceFailover(ctx context.Context, nodes []valkeyops.Node, replica string) error {
+func (c *scriptedClient) ForceFailover(ctx context.Context, nodes []model.Node, replica string) error {
 	m := c.m
 	return m.write(ctx, c.proc, "ForceFailover", replica, replica, func(w *writeOp) error {
 		ms, err := m.members(nodes)
@@ -1403,7 +1405,7 @@ func (c *scriptedClient) ForceFailover(ctx context.Context, nodes []valkeyops.No
 		}
 		r, ok := memberNamed(ms, replica)
 		if !ok || r.modelServer == nil {
-			return scriptedOpErr(replica, "force-failover", valkeyops.ErrUnreachable)
+			return scriptedOpErr(replica, "force-failover", model.ErrUnreachable)
 		}
 		if r.primary() {
 			return nil
@@ -1429,22 +1431,22 @@ func (c *scriptedClient) ForceFailover(ctx context.Context, nodes []valkeyops.No
 // AssignSlots mirrors valkeyops.Admin.AssignSlots: only to a reachable primary, only slots no
 // reachable node sees owned, MEET first for a node alone, then ADDSLOTSRANGE and BUMPEPOCH,
 // and the cluster must serve again.
-func (c *scriptedClient) AssignSlots(ctx context.Context, nodes []valkeyops.Node, name string, slots []valkeyops.SlotRange) error {
+func (c *scriptedClient) AssignSlots(ctx context.Context, nodes []model.Node, name string, slots []model.SlotRange) error {
 	m := c.m
-	return m.write(ctx, c.proc, "AssignSlots", name+" "+valkeyops.FormatRanges(slots), name, func(w *writeOp) error {
+	return m.write(ctx, c.proc, "AssignSlots", name+" "+model.FormatRanges(slots), name, func(w *writeOp) error {
 		ms, err := m.members(nodes)
 		if err != nil {
 			return err
 		}
 		n, ok := memberNamed(ms, name)
 		if !ok || n.modelServer == nil {
-			return scriptedOpErr(name, "assign-slots", valkeyops.ErrUnreachable)
+			return scriptedOpErr(name, "assign-slots", model.ErrUnreachable)
 		}
 		if !n.primary() {
-			return scriptedOpErr(name, "assign-slots", fmt.Errorf("%w: node is a replica", valkeyops.ErrUnsafe))
+			return scriptedOpErr(name, "assign-slots", fmt.Errorf("%w: node is a replica", model.ErrUnsafe))
 		}
 		var free []int
-		for _, slot := range valkeyops.ExpandSlots(slots) {
+		for _, slot := range model.ExpandSlots(slots) {
 			taken := false
 			for _, x := range reachableMembers(ms) {
 				taken = taken || x.sees(m.owner[slot])
@@ -1479,7 +1481,7 @@ func (m *valkeyModel) start(name, ip string, shard int) {
 	m.serial++
 	sum := sha1.Sum([]byte(fmt.Sprintf("%s/%s/%d", m.key, name, m.serial)))
 	s := &modelServer{
-		node: valkeyops.Node{Name: name, Addr: ip + ":6379", Shard: shard}, id: hex.EncodeToString(sum[:]), alive: true,
+		node: model.Node{Name: name, Addr: ip + ":6379", Shard: shard}, id: hex.EncodeToString(sum[:]), alive: true,
 		offset: 1000, known: map[string]bool{}, failing: map[string]bool{}, importing: map[int]string{}, migrating: map[int]string{},
 	}
 	m.byAddr[s.node.Addr], m.byName[name], m.byID[s.id] = s, s, s
@@ -1750,25 +1752,25 @@ func (m *valkeyModel) inCluster() []string {
 	return out
 }
 
-// health judges the servers of the given ValkeyNodes with valkeyops.Health, the Active criteria
+// health judges the servers of the given ValkeyNodes with model.Health, the Active criteria
 // of docs/status.md, and adds what Health does not check: every slot's keys on its owner and
 // the slot-holding primaries balanced within 1%.
 func (m *valkeyModel) health(names []string, shards, replicas int) []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var nodes []valkeyops.Node
+	var nodes []model.Node
 	for _, n := range names {
 		if s := m.byName[n]; s != nil {
 			nodes = append(nodes, s.node)
 		} else {
-			nodes = append(nodes, valkeyops.Node{Name: n, Addr: "nowhere:6379"})
+			nodes = append(nodes, model.Node{Name: n, Addr: "nowhere:6379"})
 		}
 	}
 	snap, err := m.snapshot(nodes)
 	if err != nil {
 		return []string{err.Error()}
 	}
-	problems := valkeyops.Health(snap, shards, replicas)
+	problems := model.Health(snap, shards, replicas)
 	lost := 0
 	for slot, o := range m.owner {
 		if m.data[slot] != o {
@@ -1778,13 +1780,13 @@ func (m *valkeyModel) health(names []string, shards, replicas int) []string {
 	if lost > 0 {
 		problems = append(problems, fmt.Sprintf("%d slots' keys are not on their owner", lost))
 	}
-	lo, hi := valkeyops.SlotCount, 0
+	lo, hi := model.SlotCount, 0
 	for _, p := range snap.Primaries() {
-		if c := valkeyops.CountSlots(p.Slots); c > 0 {
+		if c := model.CountSlots(p.Slots); c > 0 {
 			lo, hi = min(lo, c), max(hi, c)
 		}
 	}
-	if hi-lo > valkeyops.SlotCount/100 {
+	if hi-lo > model.SlotCount/100 {
 		problems = append(problems, fmt.Sprintf("slots uneven across primaries (%d..%d)", lo, hi))
 	}
 	return problems
@@ -1814,24 +1816,24 @@ func (m *valkeyModel) describe() string {
 
 // formedModel is a scripted 2-shard × 1-replica cluster (servers n0a, n0b, n1a, n1b) formed
 // by Bootstrap, with its client and the nodes as the reconciler passes them.
-func formedModel(t *testing.T, latency time.Duration) (*valkeyModel, reconciler.ValkeyClient, []valkeyops.Node) {
+func formedModel(t *testing.T, latency time.Duration) (*valkeyModel, reconciler.ValkeyClient, []model.Node) {
 	t.Helper()
 	v := newScriptedValkey(latency)
 	key := types.NamespacedName{Namespace: "model", Name: strings.ReplaceAll(t.Name(), "/", "-")}
 	m := v.model(key)
-	var nodes []valkeyops.Node
+	var nodes []model.Node
 	for i, name := range []string{"n0a", "n0b", "n1a", "n1b"} {
 		ip := fmt.Sprintf("10.0.0.%d", i+1)
 		m.start(name, ip, i/2)
-		nodes = append(nodes, valkeyops.Node{Name: name, Addr: ip + ":6379", Shard: i / 2})
+		nodes = append(nodes, model.Node{Name: name, Addr: ip + ":6379", Shard: i / 2})
 	}
-	c, err := v.Connect(context.Background(), key, valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: "operator-pw"})
+	c, err := v.Connect(context.Background(), key, valkeyops.Credentials{Username: model.OperatorUser, Password: "operator-pw"})
 	require.NoError(t, err)
 	require.NoError(t, c.Bootstrap(context.Background(), nodes, 2))
 	return m, c, nodes
 }
 
-// TestScriptedValkeyObservesAsValkeyops: a formed model passes valkeyops.Health, and each
+// TestScriptedValkeyObservesAsValkeyops: a formed model passes model.Health, and each
 // NodeState is what valkeyops.Observe builds (identity and role from the node's own line,
 // replicas linked to their primary's ID); a stopped server is in the snapshot, unreachable
 // with ErrUnreachable, its peers see the link down but flag it only after a node timeout;
@@ -1841,22 +1843,22 @@ func TestScriptedValkeyObservesAsValkeyops(t *testing.T) {
 	m, c, nodes := formedModel(t, 0)
 	snap, err := c.Observe(ctx, nodes)
 	require.NoError(t, err)
-	assert.Empty(t, valkeyops.Health(snap, 2, 1))
-	ranges := valkeyops.EvenRanges(2)
+	assert.Empty(t, model.Health(snap, 2, 1))
+	ranges := model.EvenRanges(2)
 	for i, st := range snap.Nodes {
 		self := st.Self()
 		require.NotNil(t, self, st.Name)
 		assert.Equal(t, nodes[i], st.Node)
 		assert.Equal(t, self.ID, st.ID)
 		assert.Equal(t, 4, st.KnownNodes)
-		assert.Equal(t, valkeyops.SlotCount, st.SlotsAssigned)
-		assert.Equal(t, "ok", st.ClusterState)
-		assert.Equal(t, "up", st.LinkState)
+		assert.Equal(t, model.SlotCount, st.SlotsAssigned)
+		assert.True(t, st.ClusterOK())
+		assert.Equal(t, model.PrimaryLinkUp, st.PrimaryLink)
 		if i%2 == 0 {
-			assert.Equal(t, valkeyops.RolePrimary, st.Role, st.Name)
-			assert.Equal(t, []valkeyops.SlotRange{ranges[i/2]}, st.Slots, st.Name)
+			assert.Equal(t, model.RolePrimary, st.Role, st.Name)
+			assert.Equal(t, []model.SlotRange{ranges[i/2]}, st.Slots, st.Name)
 		} else {
-			assert.Equal(t, valkeyops.RoleReplica, st.Role, st.Name)
+			assert.Equal(t, model.RoleReplica, st.Role, st.Name)
 			assert.Equal(t, snap.Nodes[i-1].ID, st.PrimaryID, st.Name)
 			assert.Empty(t, st.Slots)
 		}
@@ -1868,10 +1870,10 @@ func TestScriptedValkeyObservesAsValkeyops(t *testing.T) {
 	gone := snap.ByName("n1b")
 	require.NotNil(t, gone, "a stopped server stays in the snapshot")
 	assert.False(t, gone.Reachable)
-	assert.ErrorIs(t, gone.Err, valkeyops.ErrUnreachable)
+	assert.ErrorIs(t, gone.Err, model.ErrUnreachable)
 	n1b := snap.ByName("n0a").Peer(m.byName["n1b"].id)
 	require.NotNil(t, n1b, "its peers still know it")
-	assert.Equal(t, "disconnected", n1b.LinkState)
+	assert.Equal(t, model.BusDisconnected, n1b.BusLink)
 	assert.False(t, n1b.Failing(), "not flagged before a node timeout")
 	require.NoError(t, m.nodeTimeout("n1b"))
 	snap, err = c.Observe(ctx, nodes)
@@ -1894,7 +1896,7 @@ func TestScriptedValkeyRefuses(t *testing.T) {
 	type env struct {
 		m     *valkeyModel
 		c     reconciler.ValkeyClient
-		nodes []valkeyops.Node
+		nodes []model.Node
 	}
 	tests := []struct {
 		name string
@@ -1902,29 +1904,29 @@ func TestScriptedValkeyRefuses(t *testing.T) {
 		is   error  // errors.Is target; nil for a server error reply
 		msg  string // what the error says
 	}{
-		{name: "remove a node holding slots", is: valkeyops.ErrUnsafe,
+		{name: "remove a node holding slots", is: model.ErrUnsafe,
 			do: func(e env) error { return e.c.RemoveNode(ctx, e.nodes, "n0a") }},
-		{name: "fail over a primary without a linked replica", is: valkeyops.ErrNoInSyncReplica,
+		{name: "fail over a primary without a linked replica", is: model.ErrNoInSyncReplica,
 			do: func(e env) error { e.m.stop("n0b"); return e.c.Failover(ctx, e.nodes, "n0a") }},
-		{name: "make a slot-holding primary a replica", is: valkeyops.ErrUnsafe,
+		{name: "make a slot-holding primary a replica", is: model.ErrUnsafe,
 			do: func(e env) error { return e.c.Replicate(ctx, e.nodes, "n0a", 1) }},
-		{name: "replicate a node that is not a member", is: valkeyops.ErrUnreachable,
+		{name: "replicate a node that is not a member", is: model.ErrUnreachable,
 			do: func(e env) error { return e.c.Replicate(ctx, e.nodes[:3], "n1b", 1) }},
-		{name: "bootstrap an address where no server runs", is: valkeyops.ErrUnreachable,
+		{name: "bootstrap an address where no server runs", is: model.ErrUnreachable,
 			do: func(e env) error {
-				return e.c.Bootstrap(ctx, append(e.nodes, valkeyops.Node{Name: "ghost", Addr: "10.0.0.99:6379", Shard: 1}), 2)
+				return e.c.Bootstrap(ctx, append(e.nodes, model.Node{Name: "ghost", Addr: "10.0.0.99:6379", Shard: 1}), 2)
 			}},
 		{name: "a replica forgets its own primary", msg: "Can't forget my master!",
 			do: func(e env) error { return e.c.Forget(ctx, e.nodes, []string{e.m.byName["n0a"].id}) }},
-		{name: "assign slots to a replica", is: valkeyops.ErrUnsafe,
+		{name: "assign slots to a replica", is: model.ErrUnsafe,
 			do: func(e env) error {
-				return e.c.AssignSlots(ctx, e.nodes, "n0b", []valkeyops.SlotRange{{Start: 0, End: 0}})
+				return e.c.AssignSlots(ctx, e.nodes, "n0b", []model.SlotRange{{Start: 0, End: 0}})
 			}},
-		{name: "move slots while a primary is failed", is: valkeyops.ErrUnsafe,
+		{name: "move slots while a primary is failed", is: model.ErrUnsafe,
 			do: func(e env) error {
 				e.m.stop("n1a")
 				require.NoError(t, e.m.nodeTimeout("n1a"))
-				_, err := e.c.Rebalance(ctx, []valkeyops.Node{e.nodes[0], e.nodes[1], e.nodes[3]}, nil)
+				_, err := e.c.Rebalance(ctx, []model.Node{e.nodes[0], e.nodes[1], e.nodes[3]}, nil)
 				return err
 			}},
 		{name: "graceful failover while the primary is down", msg: "Master is down or failed",
@@ -1953,8 +1955,8 @@ func TestScriptedValkeyRefuses(t *testing.T) {
 			require.Error(t, err)
 			if tc.is != nil {
 				assert.ErrorIs(t, err, tc.is)
-				var op *valkeyops.OpError
-				assert.ErrorAs(t, err, &op, "typed as valkeyops' errors are")
+				var op *model.OpError
+				assert.ErrorAs(t, err, &op, "typed as valkeyops' errors are (model.OpError)")
 			}
 			assert.Contains(t, err.Error(), tc.msg)
 			assert.Equal(t, want, layout(), "a refused operation changes nothing")
@@ -1981,7 +1983,7 @@ func TestScriptedValkeyFlagsOverlappingWrites(t *testing.T) {
 }
 
 // TestScriptedValkeyFinishesOpenSlots: a slot a crash left open shows on both ends' own
-// lines as valkeyops parses them (MIGRATING on the source, IMPORTING on the target), and the
+// lines as model.ParseClusterNodes reads them (MIGRATING on the source, IMPORTING on the target), and the
 // next Rebalance finishes it: no slot open, every slot's keys on its owner, balanced.
 func TestScriptedValkeyFinishesOpenSlots(t *testing.T) {
 	ctx := context.Background()
@@ -1992,7 +1994,7 @@ func TestScriptedValkeyFinishesOpenSlots(t *testing.T) {
 	src, dst := snap.ByName("n0a"), snap.ByName("n1a")
 	assert.Equal(t, map[int]string{100: dst.ID}, src.Self().Migrating)
 	assert.Equal(t, map[int]string{100: src.ID}, dst.Self().Importing)
-	assert.Contains(t, valkeyops.Health(snap, 2, 1), "node n0a has open slots (importing 0, migrating 1)")
+	assert.Contains(t, model.Health(snap, 2, 1), "node n0a has open slots (importing 0, migrating 1)")
 
 	_, err = c.Rebalance(ctx, nodes, nil)
 	require.NoError(t, err)

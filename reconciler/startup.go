@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
@@ -35,20 +35,20 @@ func (r *Reconciler) reportRejectedSettings(_ context.Context, p *pass) *outcome
 
 // rejectedSetting reads the Valkey container's last termination (current or previous) for
 // valkey-server's fatal configuration error.
-func rejectedSetting(pod *corev1.Pod) (valkeyops.ConfigRejection, bool) {
+func rejectedSetting(pod *corev1.Pod) (model.ConfigRejection, bool) {
 	for _, cs := range pod.Status.ContainerStatuses {
 		if cs.Name != render.ContainerName {
 			continue
 		}
 		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
 			if t != nil && t.ExitCode != 0 {
-				if rej, ok := valkeyops.ParseConfigRejection(t.Message); ok {
+				if rej, ok := model.ParseConfigRejection(t.Message); ok {
 					return rej, true
 				}
 			}
 		}
 	}
-	return valkeyops.ConfigRejection{}, false
+	return model.ConfigRejection{}, false
 }
 
 // replaceStoppedStale lets a forming cluster recover from a ValkeyConfig fixed after its

@@ -10,16 +10,18 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/tlscheck"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // Valkey is the reconciler's one boundary with the Valkey servers. A pass that needs Valkey
-// connects once and then calls the cluster's client; it speaks valkeyops' own types, so an
-// operation needs no translation layer: adding a day-2 operation (Rebalance, Failover,
-// Forget, ApplyACL, ReloadTLS, ...) is one more method on ValkeyClient, already implemented
-// by *valkeyops.Admin. Pure functions (valkeyops.Health, valkeyops.RenderACL) are called
-// directly, never through this interface, so a test double cannot replace them.
+// connects once and then calls the cluster's client; it speaks the client's own types (those
+// of valkeyops/model, which the planners use too), so an operation needs no translation
+// layer: adding a day-2 operation (Rebalance, Failover, Forget, ApplyACL, ReloadTLS, ...) is
+// one more method on ValkeyClient, already implemented by *valkeyops.Admin. Pure functions
+// (model.Health, model.RenderACL) are called directly, never through this interface, so a
+// test double cannot replace them.
 type Valkey interface {
 	// Connect returns the client of one cluster. Implementations pool clients per cluster
 	// and keep one until the credentials' Token changes.
@@ -31,45 +33,45 @@ type Valkey interface {
 // ValkeyClient is what the reconciler does to one cluster's servers.
 type ValkeyClient interface {
 	// Bootstrap forms the cluster from nodes grouped by their Shard; idempotent.
-	Bootstrap(ctx context.Context, nodes []valkeyops.Node, shards int) error
+	Bootstrap(ctx context.Context, nodes []model.Node, shards int) error
 	// Settle puts nodes at their configured cluster-node-timeout with replica failover on,
 	// as Bootstrap leaves them when it returns.
-	Settle(ctx context.Context, nodes []valkeyops.Node) error
+	Settle(ctx context.Context, nodes []model.Node) error
 	// Observe snapshots every node's own view; unreachable nodes are in it, never dropped.
-	Observe(ctx context.Context, nodes []valkeyops.Node) (*valkeyops.Snapshot, error)
+	Observe(ctx context.Context, nodes []model.Node) (*model.Snapshot, error)
 	// Replicate makes node name a replica of its shard's slot-holding primary (MEET first).
-	Replicate(ctx context.Context, nodes []valkeyops.Node, name string, shard int) error
+	Replicate(ctx context.Context, nodes []model.Node, name string, shard int) error
 	// Rebalance moves slots with their keys to an even share, draining the primaries named
 	// in leaving; it first finishes any move an earlier run left open. It counts what it
 	// moved, also when it fails part-way.
-	Rebalance(ctx context.Context, nodes []valkeyops.Node, leaving []string) (valkeyops.MoveStats, error)
+	Rebalance(ctx context.Context, nodes []model.Node, leaving []string) (valkeyops.MoveStats, error)
 	// RemoveNode makes every other node forget a node that holds no slots (its pod goes next).
-	RemoveNode(ctx context.Context, nodes []valkeyops.Node, name string) error
+	RemoveNode(ctx context.Context, nodes []model.Node, name string) error
 	// Failover hands a primary's slots to its best in-sync replica (graceful CLUSTER FAILOVER).
-	Failover(ctx context.Context, nodes []valkeyops.Node, primary string) error
+	Failover(ctx context.Context, nodes []model.Node, primary string) error
 	// ForceFailover promotes a replica by a vote started at once (its primary's process has
 	// exited; a majority of primaries survives to vote).
-	ForceFailover(ctx context.Context, nodes []valkeyops.Node, replica string) error
+	ForceFailover(ctx context.Context, nodes []model.Node, replica string) error
 	// Takeover promotes a replica without a vote (its primary is gone and too few primaries
 	// survive to elect it).
-	Takeover(ctx context.Context, nodes []valkeyops.Node, replica string) error
+	Takeover(ctx context.Context, nodes []model.Node, replica string) error
 	// AssignSlots gives slots nobody owns to the empty primary name (MEET first).
-	AssignSlots(ctx context.Context, nodes []valkeyops.Node, name string, slots []valkeyops.SlotRange) error
+	AssignSlots(ctx context.Context, nodes []model.Node, name string, slots []model.SlotRange) error
 	// Forget makes every reachable node forget the given node IDs.
-	Forget(ctx context.Context, nodes []valkeyops.Node, ids []string) error
+	Forget(ctx context.Context, nodes []model.Node, ids []string) error
 	// ServedCertificate is the certificate node presents in a TLS handshake (a read, no
 	// command), checked against the cluster CA but not for expiry.
-	ServedCertificate(ctx context.Context, node valkeyops.Node) (*x509.Certificate, error)
+	ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error)
 	// ReloadTLS makes node re-read its certificate, key and CA files, without a restart.
-	ReloadTLS(ctx context.Context, node valkeyops.Node) error
+	ReloadTLS(ctx context.Context, node model.Node) error
 	// ReadAuth reads each node's ACL users and replication login, changing nothing; a node
 	// that cannot be read is reported in its state.
-	ReadAuth(ctx context.Context, nodes []valkeyops.Node) ([]valkeyops.AuthState, error)
+	ReadAuth(ctx context.Context, nodes []model.Node) ([]model.AuthState, error)
 	// ApplyACL makes the nodes' users exactly spec's, live, and verifies them.
-	ApplyACL(ctx context.Context, nodes []valkeyops.Node, spec valkeyops.ACLSpec) error
+	ApplyACL(ctx context.Context, nodes []model.Node, spec model.ACLSpec) error
 	// SyncReplicationAuth sets the nodes' replication login to the one the client logs in
 	// with, and verifies it.
-	SyncReplicationAuth(ctx context.Context, nodes []valkeyops.Node) error
+	SyncReplicationAuth(ctx context.Context, nodes []model.Node) error
 }
 
 // PoolValkey is the production Valkey: a valkeyops.Pool keyed by cluster.
@@ -94,7 +96,7 @@ func (v PoolValkey) Release(cluster types.NamespacedName) { v.Pool.Release(clust
 // under the Service name while presenting the cluster certificate (servers that demand
 // client certificates accept the operator).
 func (p *pass) credentials() valkeyops.Credentials {
-	c := valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: p.operatorPassword}
+	c := valkeyops.Credentials{Username: model.OperatorUser, Password: p.operatorPassword}
 	if p.tlsData != nil {
 		c.CA = p.tlsData[tlscheck.KeyCA]
 		c.Cert = p.tlsData[tlscheck.KeyCert]
@@ -107,8 +109,8 @@ func (p *pass) credentials() valkeyops.Credentials {
 // valkeyNode is how valkeyops addresses a member: its ValkeyNode name, the pod IP on the
 // client port, the shard its fixed spec assigns it, and the cluster-node-timeout its pod is
 // rendered with (Bootstrap restores it).
-func valkeyNode(name, podIP string, shard int) valkeyops.Node {
-	return valkeyops.Node{Name: name, Addr: net.JoinHostPort(podIP, strconv.Itoa(render.ClientPort)), Shard: shard, NodeTimeoutMillis: render.NodeTimeoutMillis}
+func valkeyNode(name, podIP string, shard int) model.Node {
+	return model.Node{Name: name, Addr: net.JoinHostPort(podIP, strconv.Itoa(render.ClientPort)), Shard: shard, NodeTimeoutMillis: render.NodeTimeoutMillis}
 }
 
 // connect opens (or reuses) the cluster's Valkey client for the rest of the pass. Auth is

@@ -9,6 +9,7 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/types"
@@ -21,9 +22,9 @@ func TestNoPasswordNoConnection(t *testing.T) {
 	defer pool.Close()
 	v := reconciler.PoolValkey{Pool: pool}
 	c, err := v.Connect(context.Background(), types.NamespacedName{Namespace: "n", Name: "c"},
-		valkeyops.Credentials{Username: valkeyops.OperatorUser})
+		valkeyops.Credentials{Username: model.OperatorUser})
 	require.Error(t, err, "auth is mandatory")
-	assert.True(t, errors.Is(err, valkeyops.ErrAuthRequired), "typed error, got %v", err)
+	assert.True(t, errors.Is(err, model.ErrAuthRequired), "typed error, got %v", err)
 	assert.True(t, c == nil, "no client, and no typed nil inside the interface") // assert.Nil would accept a typed nil
 }
 

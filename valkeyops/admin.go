@@ -10,18 +10,9 @@ import (
 	"time"
 
 	"github.com/valkey-io/valkey-go"
-)
 
-// Node is one Valkey server the operator manages, identified by its ValkeyNode/Pod name.
-type Node struct {
-	Name  string // ValkeyNode (= Pod) name
-	Addr  string // dialable "host:port" (the pod IP + 6379)
-	Shard int    // desired shard index from the ValkeyNode spec
-	// NodeTimeoutMillis is the cluster-node-timeout the server was started with (its command
-	// line), which CONFIG GET cannot tell once a pass changed it at runtime. Bootstrap leaves
-	// the server at it; 0 = unknown, and Bootstrap leaves the server's timeout alone.
-	NodeTimeoutMillis int
-}
+	"github.com/gomomento/valkey-operator/valkeyops/model"
+)
 
 // Options for the admin connection pool. Auth is mandatory (error if Credentials.Password is
 // empty).
@@ -68,11 +59,11 @@ type Admin struct {
 // NewAdmin validates opts; connections are opened lazily, one per address.
 func NewAdmin(opts Options) (*Admin, error) {
 	if opts.Credentials.Password == "" {
-		return nil, opErr("", "new-admin", ErrAuthRequired)
+		return nil, model.NewOpError("", "new-admin", model.ErrAuthRequired)
 	}
 	tlsCfg, err := opts.Credentials.TLSConfig()
 	if err != nil {
-		return nil, opErr("", "new-admin", fmt.Errorf("%w: %v", ErrInvalidSpec, err))
+		return nil, model.NewOpError("", "new-admin", fmt.Errorf("%w: %v", model.ErrInvalidSpec, err))
 	}
 	if opts.DialTimeout <= 0 {
 		opts.DialTimeout = 3 * time.Second
@@ -92,7 +83,7 @@ func NewAdmin(opts Options) (*Admin, error) {
 	return &Admin{opts: opts, tls: tlsCfg, clients: map[string]valkey.Client{}}, nil
 }
 
-// Close drops every connection; later operations fail with ErrUnreachable instead of dialing.
+// Close drops every connection; later operations fail with model.ErrUnreachable instead of dialing.
 func (a *Admin) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -184,43 +175,43 @@ func (a *Admin) drop(addr string) {
 	}
 }
 
-// cmd runs one command on n and wraps any error as an OpError naming n and step.
-func (a *Admin) cmd(ctx context.Context, n Node, step string, args ...string) (valkey.ValkeyMessage, error) {
+// cmd runs one command on n and wraps any error as an model.OpError naming n and step.
+func (a *Admin) cmd(ctx context.Context, n model.Node, step string, args ...string) (valkey.ValkeyMessage, error) {
 	c, err := a.client(n.Addr)
 	if err != nil {
-		return valkey.ValkeyMessage{}, opErr(n.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
+		return valkey.ValkeyMessage{}, model.NewOpError(n.Name, step, fmt.Errorf("%w: %v", model.ErrUnreachable, err))
 	}
 	msg, err := c.Do(ctx, c.B().Arbitrary(args...).Build()).ToMessage()
 	if err != nil {
 		if _, isServerErr := valkey.IsValkeyErr(err); !isServerErr {
 			a.drop(n.Addr)
 		}
-		return msg, opErr(n.Name, step, err)
+		return msg, model.NewOpError(n.Name, step, err)
 	}
 	return msg, nil
 }
 
 // str runs one command returning a string reply.
-func (a *Admin) str(ctx context.Context, n Node, step string, args ...string) (string, error) {
+func (a *Admin) str(ctx context.Context, n model.Node, step string, args ...string) (string, error) {
 	msg, err := a.cmd(ctx, n, step, args...)
 	if err != nil {
 		return "", err
 	}
 	s, err := msg.ToString()
 	if err != nil {
-		return "", opErr(n.Name, step, err)
+		return "", model.NewOpError(n.Name, step, err)
 	}
 	return s, nil
 }
 
 // multi pipelines commands to n; the first failure is returned.
-func (a *Admin) multi(ctx context.Context, n Node, step string, cmds [][]string) ([]valkey.ValkeyResult, error) {
+func (a *Admin) multi(ctx context.Context, n model.Node, step string, cmds [][]string) ([]valkey.ValkeyResult, error) {
 	if len(cmds) == 0 {
 		return nil, nil
 	}
 	c, err := a.client(n.Addr)
 	if err != nil {
-		return nil, opErr(n.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
+		return nil, model.NewOpError(n.Name, step, fmt.Errorf("%w: %v", model.ErrUnreachable, err))
 	}
 	built := make(valkey.Commands, len(cmds))
 	for i, args := range cmds {
@@ -232,7 +223,7 @@ func (a *Admin) multi(ctx context.Context, n Node, step string, cmds [][]string)
 			if _, isServerErr := valkey.IsValkeyErr(err); !isServerErr {
 				a.drop(n.Addr)
 			}
-			return res, opErr(n.Name, step, err)
+			return res, model.NewOpError(n.Name, step, err)
 		}
 	}
 	return res, nil
@@ -247,7 +238,7 @@ const setslotConns = 32
 
 // multiSpreadPairs is multiSpread for a list where a STABLE command must stay on the same
 // connection as, and right before, the command that follows it.
-func (a *Admin) multiSpreadPairs(ctx context.Context, n Node, step string, cmds [][]string) error {
+func (a *Admin) multiSpreadPairs(ctx context.Context, n model.Node, step string, cmds [][]string) error {
 	var groups [][][]string
 	for i := 0; i < len(cmds); i++ {
 		g := [][]string{cmds[i]}
@@ -262,7 +253,7 @@ func (a *Admin) multiSpreadPairs(ctx context.Context, n Node, step string, cmds 
 
 // multiSpread is multi with the commands split over setslotConns dedicated connections. Only
 // for commands whose relative order does not matter (SETSLOT of distinct slots).
-func (a *Admin) multiSpread(ctx context.Context, n Node, step string, cmds [][]string) error {
+func (a *Admin) multiSpread(ctx context.Context, n model.Node, step string, cmds [][]string) error {
 	if len(cmds) <= 8 {
 		_, err := a.multi(ctx, n, step, cmds)
 		return err
@@ -276,13 +267,13 @@ func (a *Admin) multiSpread(ctx context.Context, n Node, step string, cmds [][]s
 
 // spreadGroups sends groups of commands over up to setslotConns dedicated connections; the
 // commands of one group stay together and in order on one connection.
-func (a *Admin) spreadGroups(ctx context.Context, n Node, step string, groups [][][]string) error {
+func (a *Admin) spreadGroups(ctx context.Context, n model.Node, step string, groups [][][]string) error {
 	if len(groups) == 0 {
 		return nil
 	}
 	c, err := a.client(n.Addr)
 	if err != nil {
-		return opErr(n.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
+		return model.NewOpError(n.Name, step, fmt.Errorf("%w: %v", model.ErrUnreachable, err))
 	}
 	parts := min(setslotConns, len(groups))
 	errs := make([]error, parts)
@@ -311,13 +302,13 @@ func (a *Admin) spreadGroups(ctx context.Context, n Node, step string, groups []
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
-		return opErr(n.Name, step, err)
+		return model.NewOpError(n.Name, step, err)
 	}
 	return nil
 }
 
 // parallel runs fn for every node concurrently and joins the errors.
-func parallel(nodes []Node, fn func(Node) error) error {
+func parallel(nodes []model.Node, fn func(model.Node) error) error {
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
 	for i, n := range nodes {
@@ -332,7 +323,7 @@ func parallel(nodes []Node, fn func(Node) error) error {
 }
 
 // waitFor polls cond until it reports true, ctx ends or timeout passes. The last condition
-// error is wrapped into ErrNotConverged so callers see why it did not converge.
+// error is wrapped into model.ErrNotConverged so callers see why it did not converge.
 func (a *Admin) waitFor(ctx context.Context, step string, timeout time.Duration, cond func() (bool, error)) error {
 	start := time.Now()
 	deadline := start.Add(timeout)
@@ -345,11 +336,11 @@ func (a *Admin) waitFor(ctx context.Context, step string, timeout time.Duration,
 		}
 		last = err
 		if time.Now().After(deadline) {
-			return opErr("", step, fmt.Errorf("%w within %s (last: %v)", ErrNotConverged, timeout, last))
+			return model.NewOpError("", step, fmt.Errorf("%w within %s (last: %v)", model.ErrNotConverged, timeout, last))
 		}
 		select {
 		case <-ctx.Done():
-			return opErr("", step, fmt.Errorf("%w (last: %v)", ctx.Err(), last))
+			return model.NewOpError("", step, fmt.Errorf("%w (last: %v)", ctx.Err(), last))
 		case <-time.After(a.opts.Poll):
 		}
 	}

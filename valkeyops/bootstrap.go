@@ -7,6 +7,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // formTimeout bounds each wait of Bootstrap (handshakes, slot gossip, replica attach).
@@ -14,7 +16,7 @@ const formTimeout = 60 * time.Second
 
 // Bootstrap forms the cluster from nodes grouped by Shard: one primary per shard with an even
 // contiguous slot range (shard i gets range i of `shards`), the rest replicate it. Sets
-// the replication login (see ReplicationLogin) so replicas authenticate. Idempotent; never moves an owned slot.
+// the replication login (see model.ReplicationLogin) so replicas authenticate. Idempotent; never moves an owned slot.
 //
 // It observes first and only does what is missing, so it can be rerun on a formed or
 // half-formed cluster: fresh nodes get distinct config epochs before they meet anyone (nodes
@@ -26,7 +28,7 @@ const formTimeout = 60 * time.Second
 // joiningNodeTimeout when joining a formed one). However it ends (formed, failed, cancelled),
 // Bootstrap leaves every reachable node at its configured timeout (Node.NodeTimeoutMillis)
 // with replica failover allowed: see Settle.
-func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err error) {
+func (a *Admin) Bootstrap(ctx context.Context, nodes []model.Node, shards int) (err error) {
 	groups, err := groupShards(nodes, shards)
 	if err != nil {
 		return err
@@ -44,16 +46,16 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err er
 		return err
 	}
 
-	primaries := make([]*NodeState, shards)
+	primaries := make([]*model.NodeState, shards)
 	for shard, members := range groups {
 		p := choosePrimary(snap, members)
 		if p == nil {
-			return opErr(members[0].Name, "choose-primary", fmt.Errorf("%w: shard %d has no node that can be primary", ErrUnsafe, shard))
+			return model.NewOpError(members[0].Name, "choose-primary", fmt.Errorf("%w: shard %d has no node that can be primary", model.ErrUnsafe, shard))
 		}
 		primaries[shard] = p
 	}
 	prep := a.preparation(snap, primaries)
-	if err := parallel(nodes, func(n Node) error {
+	if err := parallel(nodes, func(n model.Node) error {
 		_, err := a.multi(ctx, n, "prepare", prep[n.Name])
 		return err
 	}); err != nil {
@@ -66,7 +68,7 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err er
 
 	// Attach replicas once each knows its primary.
 	byShard := map[string]int{}
-	var replicas []Node
+	var replicas []model.Node
 	for shard, members := range groups {
 		for _, m := range members {
 			if m.Name != primaries[shard].Name {
@@ -75,7 +77,7 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err er
 			}
 		}
 	}
-	if err := parallel(replicas, func(n Node) error {
+	if err := parallel(replicas, func(n model.Node) error {
 		p := primaries[byShard[n.Name]]
 		return a.attachReplica(ctx, n, p.Node, p.ID)
 	}); err != nil {
@@ -87,8 +89,8 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err er
 	// FAIL until twice the node timeout has passed since, and its slots count as unserved:
 	// this wait sees that through at the forming timeout, before Settle raises it (which
 	// would stretch it to twice the configured timeout).
-	return a.waitServing(ctx, nodes, "bootstrap-converge", func(st *NodeState) error {
-		if shard, ok := byShard[st.Name]; ok && (st.Role != RoleReplica || st.PrimaryID != primaries[shard].ID) {
+	return a.waitServing(ctx, nodes, "bootstrap-converge", func(st *model.NodeState) error {
+		if shard, ok := byShard[st.Name]; ok && (st.Role != model.RoleReplica || st.PrimaryID != primaries[shard].ID) {
 			return fmt.Errorf("%s not yet a replica of %s", st.Name, primaries[shard].Name)
 		}
 		return nil
@@ -97,7 +99,7 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []Node, shards int) (err er
 
 // waitServing waits (formTimeout) until every node answers, sees all slots assigned and
 // reports cluster_state ok, and passes check (nil = no further condition).
-func (a *Admin) waitServing(ctx context.Context, nodes []Node, step string, check func(*NodeState) error) error {
+func (a *Admin) waitServing(ctx context.Context, nodes []model.Node, step string, check func(*model.NodeState) error) error {
 	return a.waitFor(ctx, step, formTimeout, func() (bool, error) {
 		s, err := a.Observe(ctx, nodes)
 		if err != nil {
@@ -108,9 +110,9 @@ func (a *Admin) waitServing(ctx context.Context, nodes []Node, step string, chec
 			switch {
 			case !st.Reachable:
 				return false, st.Err
-			case st.SlotsAssigned != SlotCount:
+			case st.SlotsAssigned != model.SlotCount:
 				return false, fmt.Errorf("%s sees %d slots assigned", st.Name, st.SlotsAssigned)
-			case st.ClusterState != "ok":
+			case !st.ClusterOK():
 				return false, fmt.Errorf("%s reports cluster_state %q", st.Name, st.ClusterState)
 			}
 			if check != nil {
@@ -129,7 +131,7 @@ func (a *Admin) waitServing(ctx context.Context, nodes []Node, step string, chec
 // assigned before MEET so the ownership travels with the handshake, and in this first round
 // trip because a new primary's rejoin delay (see formingNodeTimeout) runs from the moment it
 // owns slots: the MEETs and replica attachments after it fit in that delay.
-func (a *Admin) preparation(snap *Snapshot, primaries []*NodeState) map[string][][]string {
+func (a *Admin) preparation(snap *model.Snapshot, primaries []*model.NodeState) map[string][][]string {
 	cmds := map[string][][]string{}
 	var epoch uint64
 	for _, st := range snap.Nodes {
@@ -143,7 +145,7 @@ func (a *Admin) preparation(snap *Snapshot, primaries []*NodeState) map[string][
 		cmds[n.Name] = append(cmds[n.Name], prepareFresh(n, epoch, forming)...)
 	}
 	owned := ownedSlots(snap)
-	for shard, r := range EvenRanges(len(primaries)) {
+	for shard, r := range model.EvenRanges(len(primaries)) {
 		var free []int
 		for s := r.Start; s <= r.End; s++ {
 			if !owned[s] {
@@ -154,7 +156,7 @@ func (a *Admin) preparation(snap *Snapshot, primaries []*NodeState) map[string][
 			continue
 		}
 		args := []string{"CLUSTER", "ADDSLOTSRANGE"}
-		for _, fr := range CompactSlots(free) {
+		for _, fr := range model.CompactSlots(free) {
 			args = append(args, strconv.Itoa(fr.Start), strconv.Itoa(fr.End))
 		}
 		p := primaries[shard].Name
@@ -164,37 +166,37 @@ func (a *Admin) preparation(snap *Snapshot, primaries []*NodeState) map[string][
 }
 
 // groupShards validates nodes and groups them by shard index.
-func groupShards(nodes []Node, shards int) ([][]Node, error) {
+func groupShards(nodes []model.Node, shards int) ([][]model.Node, error) {
 	if shards <= 0 {
-		return nil, opErr("", "validate", fmt.Errorf("%w: shards must be positive, got %d", ErrInvalidSpec, shards))
+		return nil, model.NewOpError("", "validate", fmt.Errorf("%w: shards must be positive, got %d", model.ErrInvalidSpec, shards))
 	}
-	groups := make([][]Node, shards)
+	groups := make([][]model.Node, shards)
 	for _, n := range nodes {
 		if n.Shard < 0 || n.Shard >= shards {
-			return nil, opErr(n.Name, "validate", fmt.Errorf("%w: shard %d outside 0..%d", ErrInvalidSpec, n.Shard, shards-1))
+			return nil, model.NewOpError(n.Name, "validate", fmt.Errorf("%w: shard %d outside 0..%d", model.ErrInvalidSpec, n.Shard, shards-1))
 		}
 		groups[n.Shard] = append(groups[n.Shard], n)
 	}
 	for i, g := range groups {
 		if len(g) == 0 {
-			return nil, opErr("", "validate", fmt.Errorf("%w: shard %d has no nodes", ErrInvalidSpec, i))
+			return nil, model.NewOpError("", "validate", fmt.Errorf("%w: shard %d has no nodes", model.ErrInvalidSpec, i))
 		}
 	}
 	return groups, nil
 }
 
-func requireReachable(snap *Snapshot) error {
+func requireReachable(snap *model.Snapshot) error {
 	for _, st := range snap.Nodes {
 		if !st.Reachable {
-			return opErr(st.Name, "observe", fmt.Errorf("%w: %v", ErrUnreachable, st.Err))
+			return model.NewOpError(st.Name, "observe", fmt.Errorf("%w: %v", model.ErrUnreachable, st.Err))
 		}
 	}
 	return nil
 }
 
 // ownedSlots is every slot some node's view says is owned.
-func ownedSlots(snap *Snapshot) []bool {
-	owned := make([]bool, SlotCount)
+func ownedSlots(snap *model.Snapshot) []bool {
+	owned := make([]bool, model.SlotCount)
 	for _, st := range snap.Nodes {
 		for _, cn := range st.View {
 			for _, r := range cn.Slots {
@@ -210,11 +212,11 @@ func ownedSlots(snap *Snapshot) []bool {
 // choosePrimary picks the shard's primary from the live cluster, never from names: the member
 // owning slots (most first), else a primary that already has a member replicating it, else the
 // first member that reports itself primary.
-func choosePrimary(snap *Snapshot, members []Node) *NodeState {
-	var best *NodeState
+func choosePrimary(snap *model.Snapshot, members []model.Node) *model.NodeState {
+	var best *model.NodeState
 	for _, m := range members {
 		st := snap.ByName(m.Name)
-		if st.Role == RolePrimary && len(st.Slots) > 0 && (best == nil || CountSlots(st.Slots) > CountSlots(best.Slots)) {
+		if st.Role == model.RolePrimary && len(st.Slots) > 0 && (best == nil || model.CountSlots(st.Slots) > model.CountSlots(best.Slots)) {
 			best = st
 		}
 	}
@@ -223,17 +225,17 @@ func choosePrimary(snap *Snapshot, members []Node) *NodeState {
 	}
 	for _, m := range members {
 		st := snap.ByName(m.Name)
-		if st.Role != RolePrimary {
+		if st.Role != model.RolePrimary {
 			continue
 		}
 		for _, o := range members {
-			if os := snap.ByName(o.Name); os.Role == RoleReplica && os.PrimaryID == st.ID {
+			if os := snap.ByName(o.Name); os.Role == model.RoleReplica && os.PrimaryID == st.ID {
 				return st
 			}
 		}
 	}
 	for _, m := range members {
-		if st := snap.ByName(m.Name); st.Role == RolePrimary {
+		if st := snap.ByName(m.Name); st.Role == model.RolePrimary {
 			return st
 		}
 	}
@@ -242,7 +244,7 @@ func choosePrimary(snap *Snapshot, members []Node) *NodeState {
 
 // meetAddr is the address other nodes should use to reach st: what it announces, else the
 // host we dial it on.
-func meetAddr(st *NodeState) (ip string, port, bus int, err error) {
+func meetAddr(st *model.NodeState) (ip string, port, bus int, err error) {
 	host, p, err := net.SplitHostPort(st.Addr)
 	if err != nil {
 		return "", 0, 0, err
@@ -273,18 +275,18 @@ func meetAddr(st *NodeState) (ip string, port, bus int, err error) {
 
 // meetAll MEETs every pair in which one side does not know the other (or knows it at another
 // address or as failed) and waits until every node knows every other, handshakes finished.
-func (a *Admin) meetAll(ctx context.Context, snap *Snapshot) error {
+func (a *Admin) meetAll(ctx context.Context, snap *model.Snapshot) error {
 	type target struct{ ip, port, bus string }
 	addrs := map[string]target{}
 	for i := range snap.Nodes {
 		ip, port, bus, err := meetAddr(&snap.Nodes[i])
 		if err != nil {
-			return opErr(snap.Nodes[i].Name, "meet", err)
+			return model.NewOpError(snap.Nodes[i].Name, "meet", err)
 		}
 		addrs[snap.Nodes[i].Name] = target{ip, strconv.Itoa(port), strconv.Itoa(bus)}
 	}
 	meets := map[string][][]string{}
-	var from []Node
+	var from []model.Node
 	for i := range snap.Nodes {
 		ai := &snap.Nodes[i]
 		for j := i + 1; j < len(snap.Nodes); j++ {
@@ -299,7 +301,7 @@ func (a *Admin) meetAll(ctx context.Context, snap *Snapshot) error {
 			meets[ai.Name] = append(meets[ai.Name], []string{"CLUSTER", "MEET", t.ip, t.port, t.bus})
 		}
 	}
-	if err := parallel(from, func(n Node) error {
+	if err := parallel(from, func(n model.Node) error {
 		_, err := a.multi(ctx, n, "meet", meets[n.Name])
 		return err
 	}); err != nil {
@@ -308,7 +310,7 @@ func (a *Admin) meetAll(ctx context.Context, snap *Snapshot) error {
 	if len(from) == 0 {
 		return nil
 	}
-	nodes := make([]Node, len(snap.Nodes))
+	nodes := make([]model.Node, len(snap.Nodes))
 	for i, st := range snap.Nodes {
 		nodes[i] = st.Node
 	}
@@ -326,7 +328,7 @@ func (a *Admin) meetAll(ctx context.Context, snap *Snapshot) error {
 					return false, s.Nodes[i].Err
 				}
 				p := s.Nodes[i].Peer(s.Nodes[j].ID)
-				if p == nil || p.HasFlag("handshake") || p.HasFlag("noaddr") {
+				if p == nil || p.InHandshake() || p.NoAddr() {
 					return false, fmt.Errorf("%s does not know %s yet", s.Nodes[i].Name, s.Nodes[j].Name)
 				}
 			}
@@ -336,12 +338,12 @@ func (a *Admin) meetAll(ctx context.Context, snap *Snapshot) error {
 }
 
 // knowsWell: a's view has b's ID at b's current address and not marked failed.
-func knowsWell(a, b *NodeState, bIP string) bool {
+func knowsWell(a, b *model.NodeState, bIP string) bool {
 	p := a.Peer(b.ID)
 	if p == nil {
 		return false
 	}
-	if p.HasFlag("fail") || p.HasFlag("noaddr") || p.HasFlag("handshake") {
+	if p.Failed() || p.NoAddr() || p.InHandshake() {
 		return false
 	}
 	return p.IP == bIP
@@ -349,27 +351,27 @@ func knowsWell(a, b *NodeState, bIP string) bool {
 
 // attachReplica makes n follow primary (ID primaryID) unless it already does. It refuses to
 // touch a node owning slots.
-func (a *Admin) attachReplica(ctx context.Context, n, primary Node, primaryID string) error {
-	var st NodeState
+func (a *Admin) attachReplica(ctx context.Context, n, primary model.Node, primaryID string) error {
+	var st model.NodeState
 	err := a.waitFor(ctx, "replicate-wait-known", formTimeout, func() (bool, error) {
 		st = a.observeOne(ctx, n)
 		if !st.Reachable {
 			return false, st.Err
 		}
 		p := st.Peer(primaryID)
-		if p == nil || p.HasFlag("handshake") || !p.IsPrimary() {
+		if p == nil || p.InHandshake() || !p.IsPrimary() {
 			return false, fmt.Errorf("%s does not know primary %s yet", n.Name, primary.Name)
 		}
 		return true, nil
 	})
 	if err != nil {
-		return opErr(n.Name, "replicate", err)
+		return model.NewOpError(n.Name, "replicate", err)
 	}
-	if st.Role == RoleReplica && st.PrimaryID == primaryID {
+	if st.Role == model.RoleReplica && st.PrimaryID == primaryID {
 		return nil
 	}
 	if len(st.Slots) > 0 {
-		return opErr(n.Name, "replicate", fmt.Errorf("%w: node owns slots %s", ErrUnsafe, FormatRanges(st.Slots)))
+		return model.NewOpError(n.Name, "replicate", fmt.Errorf("%w: node owns slots %s", model.ErrUnsafe, model.FormatRanges(st.Slots)))
 	}
 	if err := a.setReplicationLogin(ctx, n); err != nil {
 		return err
@@ -379,11 +381,11 @@ func (a *Admin) attachReplica(ctx context.Context, n, primary Node, primaryID st
 }
 
 func parallelIdx(n int, fn func(int) error) error {
-	nodes := make([]Node, n)
+	nodes := make([]model.Node, n)
 	for i := range nodes {
-		nodes[i] = Node{Name: strconv.Itoa(i)}
+		nodes[i] = model.Node{Name: strconv.Itoa(i)}
 	}
-	return parallel(nodes, func(x Node) error {
+	return parallel(nodes, func(x model.Node) error {
 		i, _ := strconv.Atoi(x.Name)
 		return fn(i)
 	})

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // A fresh node is lowered only when its configured timeout is known and higher than the one
@@ -31,7 +33,7 @@ func TestPrepareFresh(t *testing.T) {
 			if tc.want != nil {
 				want = append(append([][]string(nil), base...), tc.want)
 			}
-			assert.Equal(t, want, prepareFresh(Node{Name: "n", NodeTimeoutMillis: tc.configured}, 7, tc.forming))
+			assert.Equal(t, want, prepareFresh(model.Node{Name: "n", NodeTimeoutMillis: tc.configured}, 7, tc.forming))
 		})
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gomomento/valkey-operator/internal/testcerts"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 func TestCredentialsToken(t *testing.T) {
@@ -187,7 +188,7 @@ func TestCredentialsTLSConfigInvalid(t *testing.T) {
 
 func TestNewAdminRejectsInvalidCredentials(t *testing.T) {
 	_, err := NewAdmin(Options{Credentials: Credentials{Password: "pw", CA: []byte("junk"), ServerName: "svc"}})
-	assert.ErrorIs(t, err, ErrInvalidSpec)
+	assert.ErrorIs(t, err, model.ErrInvalidSpec)
 }
 
 // serverConfig serves b's certificate, requiring a client certificate from clientCAs if set.

@@ -7,6 +7,8 @@ import (
 	"context"
 	"strconv"
 	"time"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // formingNodeTimeout (ms) is the cluster-node-timeout a new cluster's nodes form at. The
@@ -33,8 +35,8 @@ const settleTimeout = 5 * time.Second
 
 // freshNodes are the nodes that know nobody and own nothing: they get distinct config epochs
 // before they meet anyone (nodes at epoch 0 can accept gossip handing their slots away).
-func freshNodes(snap *Snapshot) []Node {
-	var out []Node
+func freshNodes(snap *model.Snapshot) []model.Node {
+	var out []model.Node
 	for _, st := range snap.Nodes {
 		if st.KnownNodes <= 1 && st.ConfigEpoch == 0 && len(st.Slots) == 0 {
 			out = append(out, st.Node)
@@ -48,7 +50,7 @@ func freshNodes(snap *Snapshot) []Node {
 // (forming: a new cluster) when its configured one is known and higher. A new cluster's nodes
 // also turn replica failover off: at formingNodeTimeout a PONG late on a loaded machine can
 // get a primary marked FAIL, and its replica must not take its slots over.
-func prepareFresh(n Node, epoch uint64, forming bool) [][]string {
+func prepareFresh(n model.Node, epoch uint64, forming bool) [][]string {
 	cmds := [][]string{
 		{"CLUSTER", "SET-CONFIG-EPOCH", strconv.FormatUint(epoch, 10)},
 		{"CONFIG", "SET", "repl-diskless-sync-delay", "0"},
@@ -77,10 +79,10 @@ func prepareFresh(n Node, epoch uint64, forming bool) [][]string {
 // return is found joined and never given to Bootstrap again, so the reconciler settles it
 // before marking it Active. It runs on a context of its own: the caller's may be what ended
 // the pass.
-func (a *Admin) Settle(ctx context.Context, nodes []Node) error {
+func (a *Admin) Settle(ctx context.Context, nodes []model.Node) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
 	defer cancel()
-	return parallel(nodes, func(n Node) error {
+	return parallel(nodes, func(n model.Node) error {
 		args := []string{"CONFIG", "SET", "cluster-replica-no-failover", "no"}
 		if n.NodeTimeoutMillis > 0 {
 			args = append(args, "cluster-node-timeout", strconv.Itoa(n.NodeTimeoutMillis))
@@ -91,8 +93,8 @@ func (a *Admin) Settle(ctx context.Context, nodes []Node) error {
 }
 
 // reachableNodes is the snapshot's nodes that answered.
-func reachableNodes(snap *Snapshot) []Node {
-	var out []Node
+func reachableNodes(snap *model.Snapshot) []model.Node {
+	var out []model.Node
 	for _, st := range snap.Nodes {
 		if st.Reachable {
 			out = append(out, st.Node)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // Valkey >= 9.0: atomic slot migration (CLUSTER MIGRATESLOTS / GETSLOTMIGRATIONS).
@@ -33,20 +35,20 @@ func (m slotMigration) terminal() bool {
 	return false
 }
 
-func (a *Admin) slotMigrations(ctx context.Context, n Node) ([]slotMigration, error) {
+func (a *Admin) slotMigrations(ctx context.Context, n model.Node) ([]slotMigration, error) {
 	msg, err := a.cmd(ctx, n, "getslotmigrations", "CLUSTER", "GETSLOTMIGRATIONS")
 	if err != nil {
 		return nil, err
 	}
 	list, err := msg.ToArray()
 	if err != nil {
-		return nil, opErr(n.Name, "getslotmigrations", err)
+		return nil, model.NewOpError(n.Name, "getslotmigrations", err)
 	}
 	out := make([]slotMigration, 0, len(list))
 	for _, e := range list {
 		m, err := e.AsStrMap()
 		if err != nil {
-			return nil, opErr(n.Name, "getslotmigrations", err)
+			return nil, model.NewOpError(n.Name, "getslotmigrations", err)
 		}
 		out = append(out, slotMigration{
 			Name: m["name"], Operation: m["operation"], SlotRanges: m["slot_ranges"], Target: m["target_node"],
@@ -58,8 +60,8 @@ func (a *Admin) slotMigrations(ctx context.Context, n Node) ([]slotMigration, er
 
 // waitAtomicIdle waits until no primary has an atomic slot migration in flight (one started
 // by an interrupted run finishes or fails on its own inside the server).
-func (a *Admin) waitAtomicIdle(ctx context.Context, snap *Snapshot) error {
-	var ps []Node
+func (a *Admin) waitAtomicIdle(ctx context.Context, snap *model.Snapshot) error {
+	var ps []model.Node
 	for _, p := range snap.Primaries() {
 		if p.MajorVersion() >= 9 {
 			ps = append(ps, p.Node)
@@ -87,22 +89,22 @@ func (a *Admin) waitAtomicIdle(ctx context.Context, snap *Snapshot) error {
 // runAtomic runs every source's moves as atomic migrations, sources in parallel; a move that
 // fails AtomicRetries times falls back to the key-by-key path (high write rates can make
 // atomic migration fail repeatedly).
-func (a *Admin) runAtomic(ctx context.Context, snap *Snapshot, moves []Move, t *moveTally) error {
-	return runRounds(moves, false, func(m Move) error { return a.moveAtomic(ctx, snap, m, t) })
+func (a *Admin) runAtomic(ctx context.Context, snap *model.Snapshot, moves []model.Move, t *moveTally) error {
+	return runRounds(moves, false, func(m model.Move) error { return a.moveAtomic(ctx, snap, m, t) })
 }
 
-func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveTally) error {
+func (a *Admin) moveAtomic(ctx context.Context, snap *model.Snapshot, m model.Move, t *moveTally) error {
 	src, dst := snap.ByID(m.From), snap.ByID(m.To)
 	if src == nil || dst == nil {
-		return opErr("", "migrateslots", fmt.Errorf("%w: move endpoint not observed", ErrUnreachable))
+		return model.NewOpError("", "migrateslots", fmt.Errorf("%w: move endpoint not observed", model.ErrUnreachable))
 	}
-	want := FormatRanges(m.Slots)
+	want := model.FormatRanges(m.Slots)
 	var lastErr error
 	for attempt := 0; attempt < a.opts.AtomicRetries; attempt++ {
 		if attempt > 0 {
 			select {
 			case <-ctx.Done():
-				return opErr(src.Name, "migrateslots", ctx.Err())
+				return model.NewOpError(src.Name, "migrateslots", ctx.Err())
 			case <-time.After(time.Duration(attempt) * 200 * time.Millisecond):
 			}
 			if err := a.waitImportEnded(ctx, dst.Node, src.ID); err != nil {
@@ -151,11 +153,11 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveT
 			return false, errors.New("migration not listed yet")
 		})
 		if err != nil {
-			return opErr(src.Name, "migrateslots-wait", err)
+			return model.NewOpError(src.Name, "migrateslots-wait", err)
 		}
 		if final.State == "success" {
-			a.logf("atomic migration of %d slots (%d keys) %s -> %s: success", CountSlots(m.Slots), keys, src.Name, dst.Name)
-			t.addAtomic(CountSlots(m.Slots), keys)
+			a.logf("atomic migration of %d slots (%d keys) %s -> %s: success", model.CountSlots(m.Slots), keys, src.Name, dst.Name)
+			t.addAtomic(model.CountSlots(m.Slots), keys)
 			return nil
 		}
 		// The source only says the target dropped the link; the target's entry says why (a
@@ -168,8 +170,8 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveT
 				}
 			}
 		}
-		a.logf("atomic migration of %d slots %s -> %s (attempt %d): %s: %s", CountSlots(m.Slots), src.Name, dst.Name, attempt+1, final.State, why)
-		lastErr = opErr(src.Name, "migrateslots", fmt.Errorf("atomic migration to %s %s: %s", dst.Name, final.State, why))
+		a.logf("atomic migration of %d slots %s -> %s (attempt %d): %s: %s", model.CountSlots(m.Slots), src.Name, dst.Name, attempt+1, final.State, why)
+		lastErr = model.NewOpError(src.Name, "migrateslots", fmt.Errorf("atomic migration to %s %s: %s", dst.Name, final.State, why))
 	}
 	// Fall back to the key-by-key path for whatever src still owns of this move, once the
 	// target has ended its side of the failed migration: while it still lists the import as
@@ -180,12 +182,12 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveT
 	}
 	cur := a.observeOne(ctx, src.Node)
 	if !cur.Reachable {
-		return opErr(src.Name, "migrateslots-fallback", errors.Join(lastErr, cur.Err))
+		return model.NewOpError(src.Name, "migrateslots-fallback", errors.Join(lastErr, cur.Err))
 	}
 	dcur := a.observeOne(ctx, dst.Node)
-	owns := slotSet(cur.Slots)
+	owns := model.SlotSet(cur.Slots)
 	var rest []int
-	for _, s := range ExpandSlots(m.Slots) {
+	for _, s := range model.ExpandSlots(m.Slots) {
 		if owns[s] {
 			rest = append(rest, s)
 		}
@@ -198,7 +200,7 @@ func (a *Admin) moveAtomic(ctx context.Context, snap *Snapshot, m Move, t *moveT
 
 // waitImportEnded waits until dst lists no import from the node srcID that is still running:
 // a failed migration ends on the source first, and the target cleans its side up after.
-func (a *Admin) waitImportEnded(ctx context.Context, dst Node, srcID string) error {
+func (a *Admin) waitImportEnded(ctx context.Context, dst model.Node, srcID string) error {
 	return a.waitFor(ctx, "import-ended", rebalanceTimeout, func() (bool, error) {
 		ms, err := a.slotMigrations(ctx, dst)
 		if err != nil {
@@ -214,9 +216,9 @@ func (a *Admin) waitImportEnded(ctx context.Context, dst Node, srcID string) err
 }
 
 // countKeys counts the keys n holds in slots (CLUSTER COUNTKEYSINSLOT, pipelined).
-func (a *Admin) countKeys(ctx context.Context, n Node, slots []SlotRange) (int, error) {
+func (a *Admin) countKeys(ctx context.Context, n model.Node, slots []model.SlotRange) (int, error) {
 	var cmds [][]string
-	for _, s := range ExpandSlots(slots) {
+	for _, s := range model.ExpandSlots(slots) {
 		cmds = append(cmds, []string{"CLUSTER", "COUNTKEYSINSLOT", strconv.Itoa(s)})
 	}
 	res, err := a.multi(ctx, n, "countkeysinslot", cmds)
@@ -227,7 +229,7 @@ func (a *Admin) countKeys(ctx context.Context, n Node, slots []SlotRange) (int, 
 	for _, r := range res {
 		c, err := r.AsInt64()
 		if err != nil {
-			return 0, opErr(n.Name, "countkeysinslot", err)
+			return 0, model.NewOpError(n.Name, "countkeysinslot", err)
 		}
 		total += int(c)
 	}

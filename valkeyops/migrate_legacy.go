@@ -6,20 +6,22 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // The key-by-key slot move: SETSLOT IMPORTING/MIGRATING, batched MIGRATE, SETSLOT NODE. It is
 // the only path before Valkey 9.0 and the fallback of the atomic one.
 
 // runLegacy executes moves key by key (SETSLOT IMPORTING/MIGRATING + batched MIGRATE).
-func (a *Admin) runLegacy(ctx context.Context, snap *Snapshot, moves []Move, t *moveTally) error {
-	return runRounds(moves, true, func(m Move) error {
-		return a.moveSlotsLegacy(ctx, snap, snap.ByID(m.From), snap.ByID(m.To), ExpandSlots(m.Slots), t)
+func (a *Admin) runLegacy(ctx context.Context, snap *model.Snapshot, moves []model.Move, t *moveTally) error {
+	return runRounds(moves, true, func(m model.Move) error {
+		return a.moveSlotsLegacy(ctx, snap, snap.ByID(m.From), snap.ByID(m.To), model.ExpandSlots(m.Slots), t)
 	})
 }
 
 // peerAddr is dst's announced host and port as src sees it (what MIGRATE must dial).
-func peerAddr(src, dst *NodeState) (string, string) {
+func peerAddr(src, dst *model.NodeState) (string, string) {
 	if p := src.Peer(dst.ID); p != nil && p.IP != "" {
 		return p.IP, strconv.Itoa(p.Port)
 	}
@@ -32,13 +34,13 @@ func peerAddr(src, dst *NodeState) (string, string) {
 // the slot is never owned by nobody); the target's bumped epoch carries the new owner to every
 // other node by gossip, which Rebalance waits for. It also completes a half-done move: slots
 // dst already owns are not set importing, and only slots src still owns are drained.
-func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *NodeState, slots []int, t *moveTally) error {
+func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *model.Snapshot, src, dst *model.NodeState, slots []int, t *moveTally) error {
 	if src == nil || dst == nil {
-		return opErr("", "migrate", fmt.Errorf("%w: move endpoint not observed", ErrUnreachable))
+		return model.NewOpError("", "migrate", fmt.Errorf("%w: move endpoint not observed", model.ErrUnreachable))
 	}
 	host, port := peerAddr(src, dst)
-	srcOwns := slotSet(src.Slots)
-	dstOwns := slotSet(dst.Slots)
+	srcOwns := model.SlotSet(src.Slots)
+	dstOwns := model.SlotSet(dst.Slots)
 	for len(slots) > 0 {
 		t0 := time.Now()
 		chunk := slots[:min(slotChunk, len(slots))]
@@ -80,7 +82,7 @@ func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *N
 			// The source may already have learned the new owner by gossip (and, having lost its
 			// last slot, turned into a replica of the target): fine if it owns none of them now.
 			cur := a.observeOne(ctx, src.Node)
-			if !cur.Reachable || ownsAny(cur.Slots, chunk) {
+			if !cur.Reachable || model.OwnsAny(cur.Slots, chunk) {
 				return err
 			}
 		}
@@ -100,7 +102,7 @@ func (a *Admin) moveSlotsLegacy(ctx context.Context, snap *Snapshot, src, dst *N
 // without importing state is one command long) and reach the other nodes with dst's next
 // pings. The order matters: a claim made with an epoch lower than the source's would be
 // answered with an UPDATE that takes the slot, and its keys, away from dst.
-func (a *Admin) claimSlots(ctx context.Context, dst *NodeState, slots []int, dstOwns map[int]bool) error {
+func (a *Admin) claimSlots(ctx context.Context, dst *model.NodeState, slots []int, dstOwns map[int]bool) error {
 	var first []string
 	var rest [][]string
 	for _, s := range slots {
@@ -126,7 +128,7 @@ func (a *Admin) claimSlots(ctx context.Context, dst *NodeState, slots []int, dst
 // all slots of a round pipelined, and says how many keys it moved. REPLACE makes a retried
 // batch idempotent: while a slot is migrating, the source's copy of a key is the
 // authoritative one.
-func (a *Admin) migrateKeys(ctx context.Context, src Node, host, port string, slots []int) (int, error) {
+func (a *Admin) migrateKeys(ctx context.Context, src model.Node, host, port string, slots []int) (int, error) {
 	moved := 0
 	batch := strconv.Itoa(a.opts.MigrateBatch)
 	pending := slots
@@ -145,7 +147,7 @@ func (a *Admin) migrateKeys(ctx context.Context, src Node, host, port string, sl
 		for i, r := range res {
 			keys, err := r.AsStrSlice()
 			if err != nil {
-				return moved, opErr(src.Name, "getkeysinslot", err)
+				return moved, model.NewOpError(src.Name, "getkeysinslot", err)
 			}
 			if len(keys) == 0 {
 				continue

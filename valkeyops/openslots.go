@@ -4,12 +4,14 @@ import (
 	"context"
 	"sort"
 	"strconv"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // finishOpenSlots completes every slot some primary reports importing or migrating, moving
 // the rest of its keys to the importing side: after a crash the keys may already be split
 // between both ends, so finishing is the direction that never strands a key.
-func (a *Admin) finishOpenSlots(ctx context.Context, snap *Snapshot, t *moveTally) (bool, error) {
+func (a *Admin) finishOpenSlots(ctx context.Context, snap *model.Snapshot, t *moveTally) (bool, error) {
 	type pair struct{ from, to string }
 	open := map[pair]map[int]bool{}
 	add := func(from, to string, s int) {
@@ -42,11 +44,11 @@ func (a *Admin) finishOpenSlots(ctx context.Context, snap *Snapshot, t *moveTall
 		}
 		sort.Ints(slots)
 		switch {
-		case src != nil && dst != nil && dst.Role == RolePrimary:
+		case src != nil && dst != nil && dst.Role == model.RolePrimary:
 			if err := a.moveSlotsLegacy(ctx, snap, src, dst, slots, t); err != nil {
 				return true, err
 			}
-		case src != nil && src.Role == RolePrimary:
+		case src != nil && src.Role == model.RolePrimary:
 			// The importing side is gone: the source still owns the slot and its keys; close it.
 			if err := a.setStable(ctx, src.Node, slots); err != nil {
 				return true, err
@@ -60,7 +62,7 @@ func (a *Admin) finishOpenSlots(ctx context.Context, snap *Snapshot, t *moveTall
 	return true, nil
 }
 
-func (a *Admin) setStable(ctx context.Context, n Node, slots []int) error {
+func (a *Admin) setStable(ctx context.Context, n model.Node, slots []int) error {
 	cmds := make([][]string, len(slots))
 	for i, s := range slots {
 		cmds[i] = []string{"CLUSTER", "SETSLOT", strconv.Itoa(s), "STABLE"}

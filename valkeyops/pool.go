@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 var (
@@ -39,13 +41,13 @@ func NewPool(remap func(string) string, log func(format string, args ...any)) *P
 // next successful Connect). Connections are dialed lazily by the Admin's operations.
 func (p *Pool) Connect(ctx context.Context, key string, c Credentials) (*Admin, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, opErr(key, "connect", err)
+		return nil, model.NewOpError(key, "connect", err)
 	}
 	token := c.Token()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		return nil, opErr(key, "connect", errPoolClosed)
+		return nil, model.NewOpError(key, "connect", errPoolClosed)
 	}
 	old, ok := p.admins[key]
 	if ok && old.token == token {

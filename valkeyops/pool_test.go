@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 func isClosed(a *Admin) bool {
@@ -17,7 +19,7 @@ func isClosed(a *Admin) bool {
 
 func TestPoolConnect(t *testing.T) {
 	ctx := context.Background()
-	creds := Credentials{Username: OperatorUser, Password: "pw"}
+	creds := Credentials{Username: model.OperatorUser, Password: "pw"}
 	rotated := creds
 	rotated.Password = "pw2"
 
@@ -71,11 +73,11 @@ func TestPoolConnectInvalidCredentials(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = p.Connect(ctx, "k", Credentials{})
-	assert.ErrorIs(t, err, ErrAuthRequired)
+	assert.ErrorIs(t, err, model.ErrAuthRequired)
 	assert.True(t, isClosed(good), "the Admin of outdated credentials is closed")
 
 	_, err = p.Connect(ctx, "k", Credentials{Password: "pw", CA: []byte("junk"), ServerName: "s"})
-	assert.ErrorIs(t, err, ErrInvalidSpec)
+	assert.ErrorIs(t, err, model.ErrInvalidSpec)
 
 	again, err := p.Connect(ctx, "k", Credentials{Password: "pw"})
 	require.NoError(t, err)

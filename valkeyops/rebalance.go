@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // slotChunk is how many slots one pipelined SETSLOT/GETKEYSINSLOT/MIGRATE round covers.
@@ -28,7 +30,7 @@ const rebalanceTimeout = 60 * time.Second
 // disjoint source->target pairs running in parallel.
 //
 // The MoveStats count what moved, also when an error ends the run part-way.
-func (a *Admin) Rebalance(ctx context.Context, nodes []Node, leaving []string) (MoveStats, error) {
+func (a *Admin) Rebalance(ctx context.Context, nodes []model.Node, leaving []string) (MoveStats, error) {
 	var t moveTally
 	err := a.rebalance(ctx, nodes, leaving, &t)
 	return t.stats(), err
@@ -65,7 +67,7 @@ func (t *moveTally) stats() MoveStats {
 	return MoveStats{Slots: at + mi, Keys: int(t.keys.Load()), AtomicSlots: at, MigrateSlots: mi}
 }
 
-func (a *Admin) rebalance(ctx context.Context, nodes []Node, leaving []string, t *moveTally) error {
+func (a *Admin) rebalance(ctx context.Context, nodes []model.Node, leaving []string, t *moveTally) error {
 	leave := map[string]bool{}
 	for _, name := range leaving {
 		leave[name] = true
@@ -87,7 +89,7 @@ func (a *Admin) rebalance(ctx context.Context, nodes []Node, leaving []string, t
 		}
 	}
 
-	owned := map[string][]SlotRange{}
+	owned := map[string][]model.SlotRange{}
 	for _, p := range snap.Primaries() {
 		if len(p.Slots) > 0 {
 			owned[p.ID] = p.Slots
@@ -95,11 +97,11 @@ func (a *Admin) rebalance(ctx context.Context, nodes []Node, leaving []string, t
 	}
 	targets := chooseTargets(snap, leave)
 	if len(targets) == 0 {
-		return opErr("", "plan", fmt.Errorf("%w: no primary left to hold slots", ErrInvalidSpec))
+		return model.NewOpError("", "plan", fmt.Errorf("%w: no primary left to hold slots", model.ErrInvalidSpec))
 	}
-	moves, err := PlanRebalance(owned, targets)
+	moves, err := model.PlanRebalance(owned, targets)
 	if err != nil {
-		return opErr("", "plan", err)
+		return model.NewOpError("", "plan", err)
 	}
 	if len(moves) > 0 {
 		if a.useAtomic(snap) {
@@ -117,8 +119,8 @@ func (a *Admin) rebalance(ctx context.Context, nodes []Node, leaving []string, t
 // observeForMoves observes and waits (bounded) until every node is reachable and reports
 // cluster_state ok: a move needs both ends, moving during a failure risks keys, and a freshly
 // joined primary reports "fail" for up to a node timeout before it rejoins.
-func (a *Admin) observeForMoves(ctx context.Context, nodes []Node) (*Snapshot, error) {
-	var snap *Snapshot
+func (a *Admin) observeForMoves(ctx context.Context, nodes []model.Node) (*model.Snapshot, error) {
+	var snap *model.Snapshot
 	var bad string
 	err := a.waitFor(ctx, "rebalance-precheck", 2*formTimeout, func() (bool, error) {
 		var err error
@@ -128,24 +130,24 @@ func (a *Admin) observeForMoves(ctx context.Context, nodes []Node) (*Snapshot, e
 		for _, st := range snap.Nodes {
 			bad = st.Name
 			if !st.Reachable {
-				return false, fmt.Errorf("%w: %v", ErrUnreachable, st.Err)
+				return false, fmt.Errorf("%w: %v", model.ErrUnreachable, st.Err)
 			}
-			if st.ClusterState != "ok" {
-				return false, fmt.Errorf("%w: cluster_state is %q", ErrUnsafe, st.ClusterState)
+			if !st.ClusterOK() {
+				return false, fmt.Errorf("%w: cluster_state is %q", model.ErrUnsafe, st.ClusterState)
 			}
 		}
 		return true, nil
 	})
 	if err != nil {
-		return nil, opErr(bad, "rebalance-precheck", err)
+		return nil, model.NewOpError(bad, "rebalance-precheck", err)
 	}
 	return snap, nil
 }
 
 // chooseTargets is one primary per shard among nodes not leaving: the one already holding
 // slots, else the first primary of that shard (other empty primaries are future replicas).
-func chooseTargets(snap *Snapshot, leave map[string]bool) []string {
-	perShard := map[int]*NodeState{}
+func chooseTargets(snap *model.Snapshot, leave map[string]bool) []string {
+	perShard := map[int]*model.NodeState{}
 	var shards []int
 	for _, p := range snap.Primaries() {
 		if leave[p.Name] {
@@ -178,7 +180,7 @@ func chooseTargets(snap *Snapshot, leave map[string]bool) []string {
 	return out
 }
 
-func (a *Admin) useAtomic(snap *Snapshot) bool {
+func (a *Admin) useAtomic(snap *model.Snapshot) bool {
 	if a.opts.DisableAtomic {
 		return false
 	}
@@ -190,11 +192,11 @@ func (a *Admin) useAtomic(snap *Snapshot) bool {
 	return true
 }
 
-// runRounds executes moves in rounds (scheduleRounds), the moves of one round in parallel;
-// the first round with a failure ends the run, so a later round never builds on a move that
-// did not finish.
-func runRounds(moves []Move, sharedTargets bool, move func(Move) error) error {
-	for _, round := range scheduleRounds(moves, sharedTargets) {
+// runRounds executes moves in rounds (model.ScheduleRounds), the moves of one round in
+// parallel; the first round with a failure ends the run, so a later round never builds on a
+// move that did not finish.
+func runRounds(moves []model.Move, sharedTargets bool, move func(model.Move) error) error {
+	for _, round := range model.ScheduleRounds(moves, sharedTargets) {
 		errs := make([]error, len(round))
 		var wg sync.WaitGroup
 		for i, m := range round {
@@ -210,7 +212,7 @@ func runRounds(moves []Move, sharedTargets bool, move func(Move) error) error {
 
 // waitLayoutAgreed waits until every node's view of every primary's slots matches what that
 // primary says about itself, leaving primaries own nothing and all slots are assigned.
-func (a *Admin) waitLayoutAgreed(ctx context.Context, nodes []Node, leave map[string]bool) error {
+func (a *Admin) waitLayoutAgreed(ctx context.Context, nodes []model.Node, leave map[string]bool) error {
 	return a.waitFor(ctx, "rebalance-converge", rebalanceTimeout, func() (bool, error) {
 		snap, err := a.Observe(ctx, nodes)
 		if err != nil {
@@ -218,7 +220,7 @@ func (a *Admin) waitLayoutAgreed(ctx context.Context, nodes []Node, leave map[st
 		}
 		for _, p := range snap.Primaries() {
 			if leave[p.Name] && len(p.Slots) > 0 {
-				return false, fmt.Errorf("leaving %s still owns %d slots", p.Name, CountSlots(p.Slots))
+				return false, fmt.Errorf("leaving %s still owns %d slots", p.Name, model.CountSlots(p.Slots))
 			}
 			if self := p.Self(); self != nil && (len(self.Importing) > 0 || len(self.Migrating) > 0) {
 				return false, fmt.Errorf("%s has open slots", p.Name)
@@ -228,12 +230,12 @@ func (a *Admin) waitLayoutAgreed(ctx context.Context, nodes []Node, leave map[st
 			if !st.Reachable {
 				continue
 			}
-			if st.SlotsAssigned != SlotCount {
+			if st.SlotsAssigned != model.SlotCount {
 				return false, fmt.Errorf("%s sees %d slots assigned", st.Name, st.SlotsAssigned)
 			}
 			for _, p := range snap.Primaries() {
 				v := st.Peer(p.ID)
-				if v == nil || FormatRanges(v.Slots) != FormatRanges(p.Slots) {
+				if v == nil || model.FormatRanges(v.Slots) != model.FormatRanges(p.Slots) {
 					return false, fmt.Errorf("%s's view of %s differs", st.Name, p.Name)
 				}
 			}

@@ -9,6 +9,8 @@ import (
 	"net"
 
 	"github.com/valkey-io/valkey-go"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // ReloadTLS makes node re-read its certificate, key and CA files without a restart: Valkey
@@ -20,7 +22,7 @@ import (
 // presented). That is the CA change done in a hurry: the Secret's new certificate, which the
 // Admin presents, is signed by a CA that the node will trust only once it has reloaded the
 // new ca.crt, and only this reload can make it do so.
-func (a *Admin) ReloadTLS(ctx context.Context, node Node) error {
+func (a *Admin) ReloadTLS(ctx context.Context, node model.Node) error {
 	err := reloadTLS(node, func(args ...string) (valkey.ValkeyMessage, error) { return a.cmd(ctx, node, "tls-reload", args...) })
 	var server *valkey.ValkeyError
 	if err == nil || a.tls == nil || len(a.tls.Certificates) == 0 || errors.As(err, &server) || errors.Is(err, errNoTLSFiles) {
@@ -46,21 +48,21 @@ func (a *Admin) ReloadTLS(ctx context.Context, node Node) error {
 	a.logf("tls-reload on %s: retried without a client certificate after: %v", node.Name, err)
 	return reloadTLS(node, func(args ...string) (valkey.ValkeyMessage, error) {
 		msg, err := c.Do(ctx, c.B().Arbitrary(args...).Build()).ToMessage()
-		return msg, opErr(node.Name, "tls-reload", err)
+		return msg, model.NewOpError(node.Name, "tls-reload", err)
 	})
 }
 
 var errNoTLSFiles = errors.New("node has no TLS certificate configured")
 
 // reloadTLS sends the reload's two commands through do.
-func reloadTLS(node Node, do func(args ...string) (valkey.ValkeyMessage, error)) error {
+func reloadTLS(node model.Node, do func(args ...string) (valkey.ValkeyMessage, error)) error {
 	msg, err := do("CONFIG", "GET", "tls-*-file")
 	if err != nil {
 		return err
 	}
 	kv, err := msg.AsStrMap()
 	if err != nil {
-		return opErr(node.Name, "tls-reload", err)
+		return model.NewOpError(node.Name, "tls-reload", err)
 	}
 	args := []string{"CONFIG", "SET"}
 	for _, k := range []string{"tls-cert-file", "tls-key-file", "tls-ca-cert-file", "tls-client-cert-file", "tls-client-key-file"} {
@@ -69,16 +71,11 @@ func reloadTLS(node Node, do func(args ...string) (valkey.ValkeyMessage, error))
 		}
 	}
 	if len(args) == 2 || kv["tls-cert-file"] == "" {
-		return opErr(node.Name, "tls-reload", errNoTLSFiles)
+		return model.NewOpError(node.Name, "tls-reload", errNoTLSFiles)
 	}
 	_, err = do(args...)
 	return err
 }
-
-// ErrUntrustedCertificate means a server presented a certificate that does not verify against
-// the credentials' CA bundle under their server name. During a CA change the bundle must hold
-// the old and the new CA until every node serves a certificate of the new one.
-var ErrUntrustedCertificate = errors.New("served certificate not trusted")
 
 // ServedCertificate returns the leaf certificate node presents in a TLS handshake. It is a
 // read: the handshake is all that is sent, no command. The chain is checked as the Admin's own
@@ -88,13 +85,13 @@ var ErrUntrustedCertificate = errors.New("served certificate not trusted")
 // to get a renewed one loaded. No client certificate is offered (the servers do not demand
 // one), so a node that does not trust the operator's certificate yet still shows its own.
 //
-// Errors: ErrUntrustedCertificate when the chain or name does not verify, ErrUnreachable when
-// no handshake completes, ErrInvalidSpec for credentials without a CA (not a TLS cluster).
-func (a *Admin) ServedCertificate(ctx context.Context, node Node) (*x509.Certificate, error) {
+// Errors: model.ErrUntrustedCertificate when the chain or name does not verify, model.ErrUnreachable when
+// no handshake completes, model.ErrInvalidSpec for credentials without a CA (not a TLS cluster).
+func (a *Admin) ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error) {
 	const step = "served-certificate"
 	cred := a.opts.Credentials
 	if !cred.TLS() {
-		return nil, opErr(node.Name, step, fmt.Errorf("%w: credentials without a CA", ErrInvalidSpec))
+		return nil, model.NewOpError(node.Name, step, fmt.Errorf("%w: credentials without a CA", model.ErrInvalidSpec))
 	}
 	cas := parseCerts(cred.CA)
 	roots := x509.NewCertPool()
@@ -123,9 +120,9 @@ func (a *Admin) ServedCertificate(ctx context.Context, node Node) (*x509.Certifi
 	conn, err := d.DialContext(dctx, "tcp", a.remap(node.Addr))
 	switch {
 	case untrusted != nil:
-		return nil, opErr(node.Name, step, fmt.Errorf("%w: %v", ErrUntrustedCertificate, untrusted))
+		return nil, model.NewOpError(node.Name, step, fmt.Errorf("%w: %v", model.ErrUntrustedCertificate, untrusted))
 	case err != nil:
-		return nil, opErr(node.Name, step, fmt.Errorf("%w: %v", ErrUnreachable, err))
+		return nil, model.NewOpError(node.Name, step, fmt.Errorf("%w: %v", model.ErrUnreachable, err))
 	}
 	_ = conn.Close()
 	return leaf, nil
@@ -156,11 +153,11 @@ func ServedCertificate(ctx context.Context, addr string, roots *x509.CertPool) (
 	d := tls.Dialer{NetDialer: &net.Dialer{}, Config: cfg}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, opErr(addr, "served-certificate", err)
+		return nil, model.NewOpError(addr, "served-certificate", err)
 	}
 	defer conn.Close()
 	if leaf == nil {
-		return nil, opErr(addr, "served-certificate", fmt.Errorf("handshake without certificate"))
+		return nil, model.NewOpError(addr, "served-certificate", fmt.Errorf("handshake without certificate"))
 	}
 	return leaf, nil
 }

@@ -21,7 +21,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/operatorproc"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 const operatorNamespace = "valkey-operator-bench"
@@ -317,18 +317,18 @@ func (b *bench) convergedNow(ctx context.Context, ns, cluster string, c converge
 }
 
 // balanced: exactly n primaries hold slots, each within 1% of the slot space of an even share.
-func balanced(view []valkeyops.ClusterNode, n int) (bool, string) {
+func balanced(view []model.ClusterNode, n int) (bool, string) {
 	var counts []int
 	for _, p := range view {
 		if p.IsPrimary() && len(p.Slots) > 0 {
-			counts = append(counts, valkeyops.CountSlots(p.Slots))
+			counts = append(counts, model.CountSlots(p.Slots))
 		}
 	}
 	if len(counts) != n {
 		return false, fmt.Sprintf("slot counts %v, want %d primaries", counts, n)
 	}
 	for _, k := range counts {
-		if d := k - valkeyops.SlotCount/n; d > valkeyops.SlotCount/100 || -d > valkeyops.SlotCount/100 {
+		if d := k - model.SlotCount/n; d > model.SlotCount/100 || -d > model.SlotCount/100 {
 			return false, fmt.Sprintf("slot counts %v not balanced", counts)
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/poll"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // clientAddrs are the client addresses of the pods ips lists (pod name -> IP), sorted.
@@ -117,7 +117,7 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 	if err != nil {
 		return err
 	}
-	var self *valkeyops.ClusterNode
+	var self *model.ClusterNode
 	for i := range view {
 		if view[i].Myself() {
 			self = &view[i]
@@ -267,7 +267,7 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 
 // tagIn finds a hash tag "{...}" whose slot lies in ranges, asking the servers (CLUSTER
 // KEYSLOT) for each candidate's slot.
-func tagIn(ctx context.Context, c valkey.Client, kind string, ranges []valkeyops.SlotRange) (string, int, error) {
+func tagIn(ctx context.Context, c valkey.Client, kind string, ranges []model.SlotRange) (string, int, error) {
 	for i := 0; i < 1000; i++ {
 		tag := fmt.Sprintf("{bd2-%s-%d}", kind, i)
 		qctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // serverShape is what the operator's pods run with, copied onto the valkey-cli side's
@@ -97,7 +97,7 @@ func (b *bench) scaleoutOurs(ctx context.Context) (scaleoutRate, serverShape, er
 		}
 	}
 	logf("scaleout ours: primaries before the patch: %v", before)
-	isNew := func(n valkeyops.ClusterNode) bool { return n.IsPrimary() && len(n.Slots) > 0 && !oldAddrs[n.Addr()] }
+	isNew := func(n model.ClusterNode) bool { return n.IsPrimary() && len(n.Slots) > 0 && !oldAddrs[n.Addr()] }
 
 	t0 := time.Now()
 	if _, err := b.kubectl.In(ns).Run(ctx, "patch", "valkeycluster", name, "--type=merge", "-p", `{"spec":{"shards":4}}`); err != nil {
@@ -156,7 +156,7 @@ func (b *bench) scaleoutOurs(ctx context.Context) (scaleoutRate, serverShape, er
 	for _, n := range view {
 		role := "replica"
 		if n.IsPrimary() {
-			role = fmt.Sprintf("primary(%d slots)", valkeyops.CountSlots(n.Slots))
+			role = fmt.Sprintf("primary(%d slots)", model.CountSlots(n.Slots))
 		}
 		roles = append(roles, n.Addr()+"="+role)
 	}
@@ -187,15 +187,15 @@ func (b *bench) scaleoutOurs(ctx context.Context) (scaleoutRate, serverShape, er
 
 // newShardReplica returns the address of a replica of a primary at none of oldAddrs (the
 // new shard), neither still in handshake, or "" while there is none.
-func newShardReplica(view []valkeyops.ClusterNode, oldAddrs map[string]bool) string {
+func newShardReplica(view []model.ClusterNode, oldAddrs map[string]bool) string {
 	primaries := map[string]bool{}
 	for _, n := range view {
-		if n.IsPrimary() && !oldAddrs[n.Addr()] && !n.HasFlag("handshake") && n.ID != "" {
+		if n.IsPrimary() && !oldAddrs[n.Addr()] && !n.InHandshake() && n.ID != "" {
 			primaries[n.ID] = true
 		}
 	}
 	for _, n := range view {
-		if !n.IsPrimary() && primaries[n.PrimaryID] && !n.HasFlag("handshake") {
+		if !n.IsPrimary() && primaries[n.PrimaryID] && !n.InHandshake() {
 			return n.Addr()
 		}
 	}
@@ -203,7 +203,7 @@ func newShardReplica(view []valkeyops.ClusterNode, oldAddrs map[string]bool) str
 }
 
 // replicaSynced: the replica at addr has its replication link up and no sync in progress,
-// the condition valkey-cli's side waits for (valkeyops.Health) before its clock starts.
+// the condition valkey-cli's side waits for (model.Health) before its clock starts.
 func replicaSynced(ctx context.Context, addr, password string) bool {
 	c, err := nodeClient(addr, password)
 	if err != nil {

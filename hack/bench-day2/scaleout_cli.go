@@ -15,6 +15,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 const (
@@ -32,10 +33,10 @@ func scaleoutCLI(ctx context.Context, shape serverShape, pipeline int) (float64,
 	if pipeline > 0 {
 		label = fmt.Sprintf("scaleout valkey-cli --cluster-pipeline %d", pipeline)
 	}
-	user, pw := valkeyops.ReplicationLogin(cliOperatorPassword)
+	user, pw := model.ReplicationLogin(cliOperatorPassword)
 	args := append([]string{"--masteruser", user, "--masterauth", pw}, shape.settings...)
 	env, err := harness.New(ctx, harness.Config{Image: harness.Image(),
-		ACL:  valkeyops.ACLSpec{DefaultPassword: cliDefaultPassword, OperatorPassword: cliOperatorPassword},
+		ACL:  model.ACLSpec{DefaultPassword: cliDefaultPassword, OperatorPassword: cliOperatorPassword},
 		Args: args})
 	if err != nil {
 		return 0, err
@@ -53,12 +54,12 @@ func scaleoutCLI(ctx context.Context, shape serverShape, pipeline int) (float64,
 	atExit(closeEnv)
 	defer closeEnv()
 
-	admin, err := valkeyops.NewAdmin(valkeyops.Options{Credentials: valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: cliOperatorPassword}})
+	admin, err := valkeyops.NewAdmin(valkeyops.Options{Credentials: valkeyops.Credentials{Username: model.OperatorUser, Password: cliOperatorPassword}})
 	if err != nil {
 		return 0, err
 	}
 	defer admin.Close()
-	start := func(shards int) ([]valkeyops.Node, error) {
+	start := func(shards int) ([]model.Node, error) {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
 		nodes, err := env.StartNodes(sctx, shards, 2)
@@ -107,7 +108,7 @@ func scaleoutCLI(ctx context.Context, shape serverShape, pipeline int) (float64,
 	for i := range added {
 		added[i].Shard = 3
 	}
-	all := append(append([]valkeyops.Node(nil), nodes...), added...)
+	all := append(append([]model.Node(nil), nodes...), added...)
 	bctx, cancel = context.WithTimeout(ctx, 2*time.Minute)
 	err = admin.Bootstrap(bctx, all, 4) // meets the new pair and attaches its replica; moves no slot
 	cancel()
@@ -121,7 +122,7 @@ func scaleoutCLI(ctx context.Context, shape serverShape, pipeline int) (float64,
 	t0 := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, *scaleTimeout)
 	// As the operator's user, as the operator itself moves slots: the default user may not.
-	cliArgs := []string{"--no-auth-warning", "--user", valkeyops.OperatorUser, "--pass", cliOperatorPassword,
+	cliArgs := []string{"--no-auth-warning", "--user", model.OperatorUser, "--pass", cliOperatorPassword,
 		"--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-masters"}
 	if pipeline > 0 {
 		cliArgs = append(cliArgs, "--cluster-pipeline", strconv.Itoa(pipeline))
@@ -142,7 +143,7 @@ func scaleoutCLI(ctx context.Context, shape serverShape, pipeline int) (float64,
 	}
 	var moved int64
 	for _, n := range added {
-		if st := snap.ByName(n.Name); st != nil && st.Role == valkeyops.RolePrimary {
+		if st := snap.ByName(n.Name); st != nil && st.Role == model.RolePrimary {
 			if moved, err = dbsize(ctx, n.Addr, cliDefaultPassword); err != nil {
 				return 0, err
 			}
@@ -161,7 +162,7 @@ func scaleoutCLI(ctx context.Context, shape serverShape, pipeline int) (float64,
 }
 
 // primaryKeys adds up DBSIZE over the slot-holding primaries among nodes.
-func primaryKeys(ctx context.Context, admin *valkeyops.Admin, nodes []valkeyops.Node) (int64, error) {
+func primaryKeys(ctx context.Context, admin *valkeyops.Admin, nodes []model.Node) (int64, error) {
 	snap, err := admin.Observe(ctx, nodes)
 	if err != nil {
 		return 0, err
@@ -181,7 +182,7 @@ func primaryKeys(ctx context.Context, admin *valkeyops.Admin, nodes []valkeyops.
 }
 
 // limit gives the containers the operator pods' CPU and memory limits.
-func limit(ctx context.Context, env *harness.Env, nodes []valkeyops.Node, s serverShape) error {
+func limit(ctx context.Context, env *harness.Env, nodes []model.Node, s serverShape) error {
 	var args []string
 	if s.nanoCPUs > 0 {
 		args = append(args, "--cpus", strconv.FormatFloat(float64(s.nanoCPUs)/1e9, 'f', -1, 64))
@@ -209,20 +210,20 @@ func limit(ctx context.Context, env *harness.Env, nodes []valkeyops.Node, s serv
 }
 
 // waitHealthy: every node reports cluster_state ok, all slots assigned, replicas linked
-// (valkeyops.Health for shards x 1), and the slot-holding primaries are balanced within 1%.
-func waitHealthy(ctx context.Context, admin *valkeyops.Admin, nodes []valkeyops.Node, shards int, timeout time.Duration) error {
+// (model.Health for shards x 1), and the slot-holding primaries are balanced within 1%.
+func waitHealthy(ctx context.Context, admin *valkeyops.Admin, nodes []model.Node, shards int, timeout time.Duration) error {
 	return poll.Until(ctx, 20*time.Millisecond, timeout, fmt.Sprintf("%d healthy shards", shards), func(ctx context.Context) (bool, string, error) {
 		snap, err := admin.Observe(ctx, nodes)
 		if err != nil {
 			return false, "", err
 		}
-		if reasons := valkeyops.Health(snap, shards, 1); len(reasons) > 0 {
+		if reasons := model.Health(snap, shards, 1); len(reasons) > 0 {
 			return false, fmt.Sprint(reasons), nil
 		}
-		var view []valkeyops.ClusterNode
+		var view []model.ClusterNode
 		for _, p := range snap.Primaries() {
 			if len(p.Slots) > 0 {
-				view = append(view, valkeyops.ClusterNode{Flags: []string{"master"}, Slots: p.Slots})
+				view = append(view, model.ClusterNode{Flags: []string{"master"}, Slots: p.Slots})
 			}
 		}
 		ok, why := balanced(view, shards)

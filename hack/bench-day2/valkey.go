@@ -11,7 +11,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/poll"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // clusterClient is a cluster-mode client authenticating as the default user. It gives up on
@@ -40,7 +40,7 @@ func nodeClient(addr, password string) (valkey.Client, error) {
 }
 
 // clusterNodes is one server's CLUSTER NODES, parsed.
-func clusterNodes(ctx context.Context, addr, password string) ([]valkeyops.ClusterNode, error) {
+func clusterNodes(ctx context.Context, addr, password string) ([]model.ClusterNode, error) {
 	c, err := nodeClient(addr, password)
 	if err != nil {
 		return nil, err
@@ -52,7 +52,7 @@ func clusterNodes(ctx context.Context, addr, password string) ([]valkeyops.Clust
 	if err != nil {
 		return nil, fmt.Errorf("CLUSTER NODES on %s: %w", addr, err)
 	}
-	return valkeyops.ParseClusterNodes(text)
+	return model.ParseClusterNodes(text)
 }
 
 func dbsize(ctx context.Context, addr, password string) (int64, error) {
@@ -68,7 +68,7 @@ func dbsize(ctx context.Context, addr, password string) (int64, error) {
 
 // configGet reads one parameter of one server, as the operator's user.
 func configGet(ctx context.Context, addr, operatorPassword, name string) (string, error) {
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: valkeyops.OperatorUser, Password: operatorPassword,
+	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: model.OperatorUser, Password: operatorPassword,
 		ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: 5 * time.Second}})
 	if err != nil {
 		return "", err
@@ -101,7 +101,7 @@ func fill(ctx context.Context, c valkey.Client, n int) error {
 }
 
 // sumDBSize adds up DBSIZE over the primaries that hold slots in view.
-func sumDBSize(ctx context.Context, view []valkeyops.ClusterNode, password string) (int64, error) {
+func sumDBSize(ctx context.Context, view []model.ClusterNode, password string) (int64, error) {
 	var total int64
 	for _, n := range view {
 		if !n.IsPrimary() || len(n.Slots) == 0 || n.Failing() {
@@ -118,7 +118,7 @@ func sumDBSize(ctx context.Context, view []valkeyops.ClusterNode, password strin
 
 // operatorClient talks to one server as the operator's user.
 func operatorClient(ip, operatorPw string) (valkey.Client, error) {
-	return valkey.NewClient(valkey.ClientOption{InitAddress: []string{net.JoinHostPort(ip, "6379")}, Username: valkeyops.OperatorUser,
+	return valkey.NewClient(valkey.ClientOption{InitAddress: []string{net.JoinHostPort(ip, "6379")}, Username: model.OperatorUser,
 		Password: operatorPw, ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: 2 * time.Second}})
 }
 

@@ -16,7 +16,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // zoneLoss runs the zone-loss scenario and prints its line.
@@ -342,7 +342,7 @@ func watchOwners(ctx context.Context, addr, operatorPw string, dead []string, t0
 			qctx, cancel := context.WithTimeout(ctx, time.Second)
 			text, err := c.Do(qctx, c.B().ClusterNodes().Build()).ToString()
 			cancel()
-			if view, perr := valkeyops.ParseClusterNodes(text); err == nil && perr == nil {
+			if view, perr := model.ParseClusterNodes(text); err == nil && perr == nil {
 				owners, live := 0, true
 				for _, n := range view {
 					if len(n.Slots) > 0 {

@@ -11,7 +11,7 @@
 // migration (CLUSTER MIGRATESLOTS) or key by key (SETSLOT + MIGRATE).
 //
 // Both sides are timed to the same end condition by the same poller: every node reports
-// cluster_state:ok, all slots are assigned and replicas are linked (valkeyops.Health); for the
+// cluster_state:ok, all slots are assigned and replicas are linked (model.Health); for the
 // rebalance also the even 4-shard slot layout. After that (untimed) every key must read back
 // and the primaries must hold exactly the keys written (DBSIZE), before and after each
 // side's move, or the bench fails. Needs Docker, the local
@@ -35,6 +35,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 const (
@@ -149,7 +150,7 @@ func cleanupAll() {
 
 // replicationLogin is the replicas' login as the operator sets it, on the command line.
 func replicationLogin() []string {
-	user, pw := valkeyops.ReplicationLogin(operatorPassword)
+	user, pw := model.ReplicationLogin(operatorPassword)
 	return []string{"--masteruser", user, "--masterauth", pw}
 }
 
@@ -162,7 +163,7 @@ func median(v []float64) float64 {
 type cluster struct {
 	env   *harness.Env
 	admin *valkeyops.Admin
-	nodes []valkeyops.Node
+	nodes []model.Node
 	image string
 }
 
@@ -183,7 +184,7 @@ func newCluster(ctx context.Context, image string, shards, perShard int) (*clust
 		env.Close(ctx)
 		return nil, err
 	}
-	opts := valkeyops.Options{Credentials: valkeyops.Credentials{Username: valkeyops.OperatorUser, Password: operatorPassword}}
+	opts := valkeyops.Options{Credentials: valkeyops.Credentials{Username: model.OperatorUser, Password: operatorPassword}}
 	if *verbose {
 		opts.Log = logf
 	}
@@ -200,16 +201,16 @@ func newCluster(ctx context.Context, image string, shards, perShard int) (*clust
 
 // operatorACL is the users file the operator renders for servers of image: the default and
 // operator users, and the replication user granted CLUSTER SYNCSLOTS when the release knows
-// it (valkeyops.ReplicationSyncsSlots of the servers' version, as the reconciler decides).
+// it (model.ReplicationSyncsSlots of the servers' version, as the reconciler decides).
 // Without that grant every atomic migration of a 9.x server is refused by its target and
 // falls back to MIGRATE.
-func operatorACL(image string) (valkeyops.ACLSpec, error) {
-	spec := valkeyops.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword}
+func operatorACL(image string) (model.ACLSpec, error) {
+	spec := model.ACLSpec{DefaultPassword: defaultPassword, OperatorPassword: operatorPassword}
 	v, err := imageVersion(image)
 	if err != nil {
 		return spec, err
 	}
-	spec.ReplicationSyncsSlots = valkeyops.ReplicationSyncsSlots([]string{v})
+	spec.ReplicationSyncsSlots = model.ReplicationSyncsSlots([]string{v})
 	return spec, nil
 }
 
@@ -244,13 +245,13 @@ func (c *cluster) close() {
 
 // waitHealthy is the common poller: Health empty (cluster_state ok everywhere, all slots
 // assigned, every node knows every node, replicas linked), plus extra when given.
-func (c *cluster) waitHealthy(ctx context.Context, nodes []valkeyops.Node, shards int, extra func(*valkeyops.Snapshot) bool) error {
+func (c *cluster) waitHealthy(ctx context.Context, nodes []model.Node, shards int, extra func(*model.Snapshot) bool) error {
 	return poll.Until(ctx, 10*time.Millisecond, 5*time.Minute, "healthy", func(ctx context.Context) (bool, string, error) {
 		snap, err := c.admin.Observe(ctx, nodes)
 		if err != nil {
 			return false, "", err
 		}
-		reasons := valkeyops.Health(snap, shards, 1)
+		reasons := model.Health(snap, shards, 1)
 		return len(reasons) == 0 && (extra == nil || extra(snap)), fmt.Sprint(reasons), nil
 	})
 }
@@ -272,7 +273,7 @@ func bootstrapOurs(ctx context.Context, image string) (time.Duration, error) {
 }
 
 func cliArgs(args ...string) []string {
-	return append([]string{"--no-auth-warning", "--user", valkeyops.OperatorUser, "--pass", operatorPassword}, args...)
+	return append([]string{"--no-auth-warning", "--user", model.OperatorUser, "--pass", operatorPassword}, args...)
 }
 
 func bootstrapCLI(ctx context.Context, image string) (time.Duration, error) {

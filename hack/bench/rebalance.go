@@ -13,6 +13,7 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // comparison is one rebalance line: ours, valkey-cli at its default pipeline and valkey-cli
@@ -45,9 +46,9 @@ func compare(ctx context.Context, image, cliFlag string) (comparison, error) {
 }
 
 // rebalancer moves slots onto the empty fourth primary; ours says what moved how.
-type rebalancer func(ctx context.Context, c *cluster, all []valkeyops.Node) (valkeyops.MoveStats, error)
+type rebalancer func(ctx context.Context, c *cluster, all []model.Node) (valkeyops.MoveStats, error)
 
-func ourRebalance(ctx context.Context, c *cluster, all []valkeyops.Node) (valkeyops.MoveStats, error) {
+func ourRebalance(ctx context.Context, c *cluster, all []model.Node) (valkeyops.MoveStats, error) {
 	return c.admin.Rebalance(ctx, all, nil)
 }
 
@@ -55,7 +56,7 @@ func ourRebalance(ctx context.Context, c *cluster, all []valkeyops.Node) (valkey
 // host for 8.x and from a container of the cluster's image otherwise (the 9.1 client), with
 // --cluster-pipeline pipeline when it is above 0 (valkey-cli's default is 10 keys per MIGRATE).
 func cliRebalance(extraFlag string, pipeline int) rebalancer {
-	return func(ctx context.Context, c *cluster, all []valkeyops.Node) (valkeyops.MoveStats, error) {
+	return func(ctx context.Context, c *cluster, all []model.Node) (valkeyops.MoveStats, error) {
 		args := cliArgs("--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-primaries")
 		if extraFlag != "" {
 			args = append(args, extraFlag)
@@ -134,7 +135,7 @@ func rebalance(ctx context.Context, image string, run rebalancer) (result, error
 	for i := range added {
 		added[i].Shard = 3
 	}
-	all := append(append([]valkeyops.Node(nil), c.nodes...), added...)
+	all := append(append([]model.Node(nil), c.nodes...), added...)
 	if err := c.admin.Bootstrap(ctx, all, 4); err != nil {
 		return res, err
 	}
@@ -147,11 +148,11 @@ func rebalance(ctx context.Context, image string, run rebalancer) (result, error
 		return res, err
 	}
 	ran := time.Since(start)
-	even := func(s *valkeyops.Snapshot) bool {
+	even := func(s *model.Snapshot) bool {
 		ps := 0
 		for _, p := range s.Primaries() {
-			n := valkeyops.CountSlots(p.Slots)
-			if n < valkeyops.SlotCount/4-valkeyops.SlotCount/100 || n > valkeyops.SlotCount/4+valkeyops.SlotCount/100 {
+			n := model.CountSlots(p.Slots)
+			if n < model.SlotCount/4-model.SlotCount/100 || n > model.SlotCount/4+model.SlotCount/100 {
 				return false
 			}
 			ps++
@@ -179,7 +180,7 @@ func rebalance(ctx context.Context, image string, run rebalancer) (result, error
 	}
 	var moved int64
 	for _, n := range added {
-		if st := snap.ByName(n.Name); st.Role == valkeyops.RolePrimary {
+		if st := snap.ByName(n.Name); st.Role == model.RolePrimary {
 			moved, err = dbsize(ctx, n)
 			if err != nil {
 				return res, err
@@ -197,7 +198,7 @@ func rebalance(ctx context.Context, image string, run rebalancer) (result, error
 
 // checkKeyCount fails unless the slot-holding primaries among nodes hold exactly -keys keys
 // (DBSIZE): a key lost or duplicated by a move fails the bench.
-func (c *cluster) checkKeyCount(ctx context.Context, nodes []valkeyops.Node, when string) error {
+func (c *cluster) checkKeyCount(ctx context.Context, nodes []model.Node, when string) error {
 	snap, err := c.admin.Observe(ctx, nodes)
 	if err != nil {
 		return err
@@ -219,7 +220,7 @@ func (c *cluster) checkKeyCount(ctx context.Context, nodes []valkeyops.Node, whe
 	return nil
 }
 
-func dataClient(nodes []valkeyops.Node) (valkey.Client, error) {
+func dataClient(nodes []model.Node) (valkey.Client, error) {
 	o := valkey.ClientOption{Password: defaultPassword, DisableCache: true}
 	for _, n := range nodes {
 		o.InitAddress = append(o.InitAddress, n.Addr)
@@ -227,7 +228,7 @@ func dataClient(nodes []valkeyops.Node) (valkey.Client, error) {
 	return valkey.NewClient(o)
 }
 
-func dbsize(ctx context.Context, n valkeyops.Node) (int64, error) {
+func dbsize(ctx context.Context, n model.Node) (int64, error) {
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{n.Addr}, Password: defaultPassword, ForceSingleClient: true, DisableCache: true})
 	if err != nil {
 		return 0, err

@@ -1,5 +1,6 @@
 // Command valkey-commands writes the command table of a running Valkey server (COMMAND) as a
-// valkeyops command file. hack/valkey-commands.sh runs it against each local image.
+// command file of valkeyops/model/commands. hack/valkey-commands.sh runs it against each
+// local image.
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 func main() {
@@ -31,7 +33,7 @@ func run(addr, password, out string) error {
 	defer admin.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	t, err := admin.Commands(ctx, valkeyops.Node{Name: addr, Addr: addr})
+	t, err := admin.Commands(ctx, model.Node{Name: addr, Addr: addr})
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 func init() {
@@ -70,9 +70,9 @@ type TLSFiles struct{ CA, Cert, Key []byte }
 // Config of the nodes of one Env; every node of an Env is started the same way.
 type Config struct {
 	Image string
-	ACL   valkeyops.ACLSpec // rendered into /etc/valkey/acl/users.acl; passwords required
-	TLS   *TLSFiles         // nil = plaintext; else TLS-only (client, replication, bus)
-	Args  []string          // extra valkey-server arguments
+	ACL   model.ACLSpec // rendered into /etc/valkey/acl/users.acl; passwords required
+	TLS   *TLSFiles     // nil = plaintext; else TLS-only (client, replication, bus)
+	Args  []string      // extra valkey-server arguments
 }
 
 // Env is one Docker network with Valkey nodes on it.
@@ -83,7 +83,7 @@ type Env struct {
 	mu         sync.Mutex
 	seq        int
 	containers map[string]*testcontainers.DockerContainer
-	nodes      []valkeyops.Node
+	nodes      []model.Node
 }
 
 // New creates the network. Close removes it and every container.
@@ -125,8 +125,8 @@ func (e *Env) Args() []string {
 }
 
 // StartNodes starts shards*perShard nodes in parallel; node i belongs to shard i/perShard.
-func (e *Env) StartNodes(ctx context.Context, shards, perShard int) ([]valkeyops.Node, error) {
-	out := make([]valkeyops.Node, shards*perShard)
+func (e *Env) StartNodes(ctx context.Context, shards, perShard int) ([]model.Node, error) {
+	out := make([]model.Node, shards*perShard)
 	errs := make([]error, len(out))
 	var wg sync.WaitGroup
 	for i := range out {
@@ -141,13 +141,13 @@ func (e *Env) StartNodes(ctx context.Context, shards, perShard int) ([]valkeyops
 }
 
 // StartNode starts one node for shard and returns it (Addr = bridge IP:6379).
-func (e *Env) StartNode(ctx context.Context, shard int) (valkeyops.Node, error) {
+func (e *Env) StartNode(ctx context.Context, shard int) (model.Node, error) {
 	e.mu.Lock()
 	name := fmt.Sprintf("n%d", e.seq)
 	e.seq++
 	e.mu.Unlock()
 	files := []testcontainers.ContainerFile{{
-		Reader: bytes.NewReader([]byte(valkeyops.RenderACL(e.cfg.ACL))), ContainerFilePath: "/etc/valkey/acl/users.acl", FileMode: 0o644,
+		Reader: bytes.NewReader([]byte(model.RenderACL(e.cfg.ACL))), ContainerFilePath: "/etc/valkey/acl/users.acl", FileMode: 0o644,
 	}}
 	if t := e.cfg.TLS; t != nil {
 		files = append(files,
@@ -169,13 +169,13 @@ func (e *Env) StartNode(ctx context.Context, shard int) (valkeyops.Node, error) 
 		e.mu.Unlock()
 	}
 	if err != nil {
-		return valkeyops.Node{}, fmt.Errorf("start %s: %w", name, err)
+		return model.Node{}, fmt.Errorf("start %s: %w", name, err)
 	}
 	ip, err := c.ContainerIP(ctx)
 	if err != nil {
-		return valkeyops.Node{}, fmt.Errorf("ip of %s: %w", name, err)
+		return model.Node{}, fmt.Errorf("ip of %s: %w", name, err)
 	}
-	n := valkeyops.Node{Name: name, Addr: net.JoinHostPort(ip, "6379"), Shard: shard, NodeTimeoutMillis: NodeTimeoutMillis}
+	n := model.Node{Name: name, Addr: net.JoinHostPort(ip, "6379"), Shard: shard, NodeTimeoutMillis: NodeTimeoutMillis}
 	e.mu.Lock()
 	e.nodes = append(e.nodes, n)
 	e.mu.Unlock()
@@ -291,8 +291,8 @@ func (e *Env) Close(ctx context.Context) error {
 }
 
 // Nodes lists every node started so far, in start order.
-func (e *Env) Nodes() []valkeyops.Node {
+func (e *Env) Nodes() []model.Node {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]valkeyops.Node(nil), e.nodes...)
+	return append([]model.Node(nil), e.nodes...)
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -48,7 +48,7 @@ func TestMaintenanceMovesNodes(t *testing.T) {
 			return cordoned(live(t, 2, 1, append(formed2x1(), srv{name: "c0", shard: 0, of: "a0"})), "b0")
 		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
 		{"a replacement still syncing is waited for", func(t *testing.T) plan.Observed {
-			return cordoned(live(t, 2, 1, append(formed2x1(), srv{name: "c0", shard: 0, of: "a0", lag: valkeyops.MaxSyncLag + 1})), "b0")
+			return cordoned(live(t, 2, 1, append(formed2x1(), srv{name: "c0", shard: 0, of: "a0", lag: model.MaxSyncLag + 1})), "b0")
 		}, plan.Action{Kind: plan.Wait}},
 		{"a shard without replicas: its primary fails over to a synced replacement", func(t *testing.T) plan.Observed {
 			return cordoned(live(t, 2, 0, []srv{
@@ -91,7 +91,7 @@ func TestInSync(t *testing.T) {
 			return observed(t, 2, 1, formed2x1())
 		}, map[string]bool{"a0": true, "b0": true, "a1": true, "b1": true}},
 		{"a replica lagging more than MaxSyncLag is not in sync yet", func(t *testing.T) plan.Observed {
-			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].lag = valkeyops.MaxSyncLag + 1; return s }))
+			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].lag = model.MaxSyncLag + 1; return s }))
 		}, map[string]bool{"a0": true, "b0": false, "a1": true, "b1": true}},
 		{"a replica already in sync stays so under a burst (hysteresis)", func(t *testing.T) plan.Observed {
 			o := observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[1].lag = plan.StayInSyncLag; return s }))

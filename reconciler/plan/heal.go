@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sort"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // The rules of Next that heal: a primary handed over before its pod goes, lost and failed
@@ -57,7 +57,7 @@ func waitFailover(v view) (Action, bool) {
 		}
 		var best *Node
 		for _, o := range v.reachable {
-			if o.State.Role == valkeyops.RoleReplica && o.State.PrimaryID == id && (best == nil || o.State.ReplOffset > best.State.ReplOffset) {
+			if o.State.Role == model.RoleReplica && o.State.PrimaryID == id && (best == nil || o.State.ReplOffset > best.State.ReplOffset) {
 				best = o
 			}
 		}
@@ -106,7 +106,7 @@ func (v view) failedRunning(n *Node) bool {
 		return false
 	}
 	for _, o := range v.reachable {
-		if peer := o.State.Peer(n.RecordedID); peer != nil && peer.HasFlag("fail") {
+		if peer := o.State.Peer(n.RecordedID); peer != nil && peer.Failed() {
 			return true
 		}
 	}
@@ -129,7 +129,7 @@ func forgetDead(v view) (Action, bool) {
 	seen := map[string]bool{}
 	for _, n := range v.reachable {
 		for _, peer := range n.State.View {
-			if alive[peer.ID] || seen[peer.ID] || v.owners[peer.ID] > 0 || !(peer.Failing() || peer.HasFlag("noaddr")) {
+			if alive[peer.ID] || seen[peer.ID] || v.owners[peer.ID] > 0 || !(peer.Failing() || peer.NoAddr()) {
 				continue
 			}
 			seen[peer.ID] = true
@@ -150,16 +150,16 @@ func handOver(v view) (Action, bool) {
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		d := n.dying
-		if d == nil || !d.Reachable || d.Role != valkeyops.RolePrimary || len(d.Slots) == 0 {
+		if d == nil || !d.Reachable || d.Role != model.RolePrimary || len(d.Slots) == 0 {
 			continue
 		}
 		voters := append(v.servers(), d) // the dying primary still votes
 		var settling *Node
 		for _, o := range v.reachable {
-			if o.State.Role != valkeyops.RoleReplica || o.State.PrimaryID != d.ID || o.State.LinkState != "up" {
+			if o.State.Role != model.RoleReplica || o.State.PrimaryID != d.ID || !o.State.LinkedToPrimary() {
 				continue
 			}
-			if valkeyops.Electable(o.State, d.ID, voters) {
+			if model.Electable(o.State, d.ID, voters) {
 				return Action{Kind: Failover, Node: n.Name, Reason: fmt.Sprintf("%s is being deleted: its slots go to a replica first", n.Name)}, true
 			}
 			settling = o
@@ -187,7 +187,7 @@ func adoptOrphans(v view) (Action, bool) {
 	if len(missing) == 0 || len(v.reachable) == 0 {
 		return Action{}, false
 	}
-	if len(missing) == valkeyops.SlotCount {
+	if len(missing) == model.SlotCount {
 		// No server holds or knows any slot: every copy of the data is gone (a total outage;
 		// or a stranger, now forgotten, had taken every slot). Every shard forms at once,
 		// shard i taking even range i (Bootstrap assigns only slots nobody owns), so nothing
@@ -200,7 +200,7 @@ func adoptOrphans(v view) (Action, bool) {
 			continue
 		}
 		for _, n := range v.byShard[s] {
-			if n.reachable() && n.State.Role == valkeyops.RolePrimary {
+			if n.reachable() && n.State.Role == model.RolePrimary {
 				target = n
 				break
 			}
@@ -209,7 +209,7 @@ func adoptOrphans(v view) (Action, bool) {
 	if target == nil {
 		for s := 0; s < v.Shards; s++ {
 			p := v.primaryOf(s)
-			if p != nil && (target == nil || valkeyops.CountSlots(p.State.Slots) < valkeyops.CountSlots(target.State.Slots)) {
+			if p != nil && (target == nil || model.CountSlots(p.State.Slots) < model.CountSlots(target.State.Slots)) {
 				target = p
 			}
 		}
@@ -217,6 +217,6 @@ func adoptOrphans(v view) (Action, bool) {
 	if target == nil {
 		return Action{}, false
 	}
-	ranges := valkeyops.CompactSlots(missing)
+	ranges := model.CompactSlots(missing)
 	return Action{Kind: AssignSlots, Node: target.Name, Slots: ranges, Reason: fmt.Sprintf("%d slots owned by nobody go to %s", len(missing), target.Name)}, true
 }

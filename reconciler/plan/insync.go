@@ -1,13 +1,15 @@
 package plan
 
-import "github.com/gomomento/valkey-operator/valkeyops"
+import (
+	"github.com/gomomento/valkey-operator/valkeyops/model"
+)
 
 // StayInSyncLag is how far (bytes) a replica already in sync may fall behind its primary
-// before it no longer counts as in sync. Entering takes valkeyops.MaxSyncLag, the rule a roll
+// before it no longer counts as in sync. Entering takes model.MaxSyncLag, the rule a roll
 // uses before it retires anything; the wider bound to leave keeps a replica under a burst of
 // writes from flapping its pod's readiness (and with it the shard's budget and a status
 // write per flap).
-const StayInSyncLag = 8 * valkeyops.MaxSyncLag
+const StayInSyncLag = 8 * model.MaxSyncLag
 
 // InSync decides, for each node whose server the pass observed, whether its pod counts as an
 // in-sync copy of its shard (its readiness gate, render.InSyncCondition): a primary serving
@@ -41,10 +43,10 @@ func replicaInSync(n, primary *Node) bool {
 		return false
 	}
 	s := n.State
-	if s.Role != valkeyops.RoleReplica || s.PrimaryID != primary.State.ID || s.LinkState != "up" || s.SyncInProgress {
+	if s.Role != model.RoleReplica || s.PrimaryID != primary.State.ID || !s.LinkedToPrimary() || s.SyncInProgress {
 		return false
 	}
-	limit := int64(valkeyops.MaxSyncLag)
+	limit := int64(model.MaxSyncLag)
 	if n.InSync {
 		limit = StayInSyncLag
 	}

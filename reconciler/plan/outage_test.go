@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -131,7 +131,7 @@ func TestTotalOutage(t *testing.T) {
 		}, plan.Action{Kind: plan.MarkActive, Nodes: []string{"n0"}}},
 		{"a partial loss keeps adopting orphans into the empty replacement", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 0, []srv{{name: "a1", shard: 1, slots: "8192-16383"}, {name: "n0", shard: 0, life: plan.Joining, alone: true}})
-		}, plan.Action{Kind: plan.AssignSlots, Node: "n0", Slots: []valkeyops.SlotRange{{Start: 0, End: 8191}}}},
+		}, plan.Action{Kind: plan.AssignSlots, Node: "n0", Slots: []model.SlotRange{{Start: 0, End: 8191}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // Lifecycles of a ValkeyNode (the same strings as its status.lifecycle).
@@ -53,7 +53,7 @@ type Node struct {
 	// RecordedID is status.nodeID: the Valkey node ID the node had when last seen.
 	RecordedID string
 	// State is the server's own report; nil when its pod is not ready, unreachable otherwise.
-	State *valkeyops.NodeState
+	State *model.NodeState
 	// Hash is the node's spec hash, fixed at creation: everything whose change needs a new node.
 	Hash string
 	// Cordoned: the pod runs on a Kubernetes node marked for maintenance (cordoned, or being
@@ -62,7 +62,7 @@ type Node struct {
 	// InSync is the pod's in-sync condition as last set (see InSync).
 	InSync bool
 
-	dying *valkeyops.NodeState // State of a server whose pod is being deleted
+	dying *model.NodeState // State of a server whose pod is being deleted
 }
 
 // Observed is everything one pass knows.
@@ -107,12 +107,12 @@ const (
 // Action is the one next step.
 type Action struct {
 	Kind   Kind
-	Node   string                // Replicate, Remove, Delete
-	Nodes  []string              // MarkActive, MarkLeaving, Rebalance (the primaries to drain), ForgetStrangers
-	Shards []int                 // CreateNodes: one entry per node to create
-	IDs    []string              // Forget, DropSlots, ForgetStrangers
-	Slots  []valkeyops.SlotRange // AssignSlots
-	Reason string                // why, for the Event and the log
+	Node   string            // Replicate, Remove, Delete
+	Nodes  []string          // MarkActive, MarkLeaving, Rebalance (the primaries to drain), ForgetStrangers
+	Shards []int             // CreateNodes: one entry per node to create
+	IDs    []string          // Forget, DropSlots, ForgetStrangers
+	Slots  []model.SlotRange // AssignSlots
+	Reason string            // why, for the Event and the log
 	// Warning marks a Wait that needs the user (e.g. an unschedulable pod).
 	Warning bool
 	// DataLost, on a MarkLeaving, is how many nodes went with every copy of the cluster's
@@ -183,7 +183,7 @@ type view struct {
 }
 
 func index(o Observed) view {
-	v := view{Observed: o, byShard: map[int][]*Node{}, ids: map[string]*Node{}, owners: map[string]int{}, covered: make([]bool, valkeyops.SlotCount)}
+	v := view{Observed: o, byShard: map[int][]*Node{}, ids: map[string]*Node{}, owners: map[string]int{}, covered: make([]bool, model.SlotCount)}
 	v.Nodes = append([]Node(nil), o.Nodes...) // sorted below; the caller's slice stays as it is
 	sort.SliceStable(v.Nodes, func(i, j int) bool {
 		if v.Nodes[i].Shard != v.Nodes[j].Shard {
@@ -207,7 +207,7 @@ func index(o Observed) view {
 			v.ids[n.State.ID] = n
 			for _, peer := range n.State.View {
 				if peer.IsPrimary() && len(peer.Slots) > 0 {
-					v.owners[peer.ID] = max(v.owners[peer.ID], valkeyops.CountSlots(peer.Slots))
+					v.owners[peer.ID] = max(v.owners[peer.ID], model.CountSlots(peer.Slots))
 				}
 				for _, r := range peer.Slots {
 					for s := r.Start; s <= r.End; s++ {
@@ -223,7 +223,7 @@ func index(o Observed) view {
 func (n *Node) reachable() bool { return n.State != nil && n.State.Reachable && n.State.ID != "" }
 
 func (n *Node) primaryWithSlots() bool {
-	return n.reachable() && n.State.Role == valkeyops.RolePrimary && len(n.State.Slots) > 0
+	return n.reachable() && n.State.Role == model.RolePrimary && len(n.State.Slots) > 0
 }
 
 // inCluster reports whether the node knows other servers (it was MET).

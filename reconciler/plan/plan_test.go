@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -42,7 +42,7 @@ type ghost struct {
 }
 
 // observed builds what a pass observes: every reachable, non-alone server sees the others and
-// the ghosts, through valkeyops' own CLUSTER NODES parser.
+// the ghosts, through model.ParseClusterNodes, the parser valkeyops.Observe uses.
 func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost) plan.Observed {
 	t.Helper()
 	o := plan.Observed{Shards: shards, Replicas: replicas}
@@ -91,7 +91,7 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 			n.RecordedID = ""
 		}
 		if s.hung {
-			n.State = &valkeyops.NodeState{Node: valkeyops.Node{Name: s.name, Shard: s.shard}}
+			n.State = &model.NodeState{Node: model.Node{Name: s.name, Shard: s.shard}}
 		} else if s.pod == plan.PodReady || s.answers {
 			var text []string
 			known := 1
@@ -108,23 +108,23 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 					known++
 				}
 			}
-			view, err := valkeyops.ParseClusterNodes(strings.Join(text, "\n") + "\n")
+			view, err := model.ParseClusterNodes(strings.Join(text, "\n") + "\n")
 			require.NoError(t, err)
-			st := &valkeyops.NodeState{Node: valkeyops.Node{Name: s.name, Shard: s.shard}, Reachable: true, View: view, KnownNodes: known}
+			st := &model.NodeState{Node: model.Node{Name: s.name, Shard: s.shard}, Reachable: true, View: view, KnownNodes: known}
 			self := st.Self()
 			st.ID, st.Slots = self.ID, self.Slots
 			for _, peer := range view {
-				st.SlotsAssigned += valkeyops.CountSlots(peer.Slots)
+				st.SlotsAssigned += model.CountSlots(peer.Slots)
 			}
 			st.ClusterState = "fail"
-			if st.SlotsAssigned == valkeyops.SlotCount {
+			if st.SlotsAssigned == model.SlotCount {
 				st.ClusterState = "ok"
 			}
-			st.Role, st.LinkState, st.ReplOffset, st.Keys = valkeyops.RolePrimary, "up", 1000, s.keys
+			st.Role, st.PrimaryLink, st.ReplOffset, st.Keys = model.RolePrimary, model.PrimaryLinkUp, 1000, s.keys
 			if s.of != "" {
-				st.Role, st.PrimaryID, st.ReplOffset = valkeyops.RoleReplica, self.PrimaryID, 1000-s.lag
+				st.Role, st.PrimaryID, st.ReplOffset = model.RoleReplica, self.PrimaryID, 1000-s.lag
 				if s.linkDown || s.syncing {
-					st.LinkState = "down"
+					st.PrimaryLink = model.PrimaryLinkDown
 				}
 				st.SyncInProgress = s.syncing
 			}
@@ -224,14 +224,14 @@ func TestNext(t *testing.T) {
 				{name: "a1", shard: 1, slots: "8192-16383"},
 				{name: "c0", shard: 0, life: plan.Joining, alone: true},
 			})
-		}, plan.Action{Kind: plan.AssignSlots, Node: "c0", Slots: []valkeyops.SlotRange{{Start: 0, End: 8191}}}},
+		}, plan.Action{Kind: plan.AssignSlots, Node: "c0", Slots: []model.SlotRange{{Start: 0, End: 8191}}}},
 		{"slots nobody owns, every shard formed: the primary holding the fewest takes them", func(t *testing.T) plan.Observed {
 			return observed(t, 3, 0, []srv{
 				{name: "a0", shard: 0, slots: "0-1 10-8000"},
 				{name: "a1", shard: 1, slots: "8001-9000"},
 				{name: "a2", shard: 2, slots: "9001-16383"},
 			})
-		}, plan.Action{Kind: plan.AssignSlots, Node: "a1", Slots: []valkeyops.SlotRange{{Start: 2, End: 9}}}},
+		}, plan.Action{Kind: plan.AssignSlots, Node: "a1", Slots: []model.SlotRange{{Start: 2, End: 9}}}},
 		{"a primary whose pod is being deleted hands over while it still serves", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].pod, s[0].answers = plan.PodLost, true; return s }))
 		}, plan.Action{Kind: plan.Failover, Node: "a0"}},
@@ -397,7 +397,7 @@ func TestNext(t *testing.T) {
 		}, plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
 		{"a hung node not flagged fail yet is waited for", func(t *testing.T) plan.Observed {
 			o := observed(t, 2, 1, formed2x1())
-			o.Nodes[1].State = &valkeyops.NodeState{Node: valkeyops.Node{Name: "b0", Shard: 0}}
+			o.Nodes[1].State = &model.NodeState{Node: model.Node{Name: "b0", Shard: 0}}
 			return o
 		}, plan.Action{Kind: plan.Wait}},
 		{"a leaving hung primary: its replacement is created while Valkey fails it over", func(t *testing.T) plan.Observed {
@@ -536,7 +536,7 @@ func TestRoll(t *testing.T) {
 		}, plan.Action{Kind: plan.MarkActive, Nodes: []string{"c0"}}},
 		{"a replacement lagging behind its primary is waited for", func(t *testing.T) plan.Observed {
 			c := fresh("c0", 0, "a0")
-			c.lag = valkeyops.MaxSyncLag + 1
+			c.lag = model.MaxSyncLag + 1
 			return rollTo(t, 2, 1, append(formed2x1(), c))
 		}, plan.Action{Kind: plan.Wait}},
 		{"with a synced replacement the stale replica retires before its primary", func(t *testing.T) plan.Observed {

@@ -3,7 +3,7 @@ package plan
 import (
 	"fmt"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // stale reports whether the node is to be replaced: it was created from a spec the live one
@@ -58,26 +58,26 @@ func (v view) unwanted(n *Node) bool {
 }
 
 // synced reports whether replica follows primary with its link up, its initial sync done
-// and its offset within valkeyops.MaxSyncLag: it holds the shard's data, so a stale node can
+// and its offset within model.MaxSyncLag: it holds the shard's data, so a stale node can
 // go and a graceful failover to it loses nothing.
 func synced(replica, primary *Node) bool {
 	if !replica.reachable() || !primary.reachable() {
 		return false
 	}
 	r := replica.State
-	return r.Role == valkeyops.RoleReplica && r.PrimaryID == primary.State.ID && r.LinkState == "up" &&
-		!r.SyncInProgress && primary.State.ReplOffset-r.ReplOffset <= valkeyops.MaxSyncLag
+	return r.Role == model.RoleReplica && r.PrimaryID == primary.State.ID && r.LinkedToPrimary() &&
+		!r.SyncInProgress && primary.State.ReplOffset-r.ReplOffset <= model.MaxSyncLag
 }
 
 // electable reports whether every server has settled on replica following primary, so a
-// graceful failover to it can win its election (valkeyops.Electable).
+// graceful failover to it can win its election (model.Electable).
 func (v view) electable(replica, primary *Node) bool {
-	return valkeyops.Electable(replica.State, primary.State.ID, v.servers())
+	return model.Electable(replica.State, primary.State.ID, v.servers())
 }
 
 // servers are the reachable servers' own reports.
-func (v view) servers() []*valkeyops.NodeState {
-	out := make([]*valkeyops.NodeState, len(v.reachable))
+func (v view) servers() []*model.NodeState {
+	out := make([]*model.NodeState, len(v.reachable))
 	for i, o := range v.reachable {
 		out[i] = o.State
 	}
@@ -121,7 +121,7 @@ func roll(v view) (Action, bool) {
 		if !v.stale(primary) {
 			continue // cannot happen: rolling(s) found a stale node
 		}
-		if primary.State.Role == valkeyops.RolePrimary {
+		if primary.State.Role == model.RolePrimary {
 			return Action{Kind: Failover, Node: primary.Name, Reason: fmt.Sprintf("rolling shard %d: stale primary %s (%s) hands its slots to a synced replacement", s, primary.Name, v.why(primary))}, true
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // The rules of Next that form and reshape the topology (the healing ones are in heal.go).
@@ -47,7 +47,7 @@ func retireLeaving(v view) (Action, bool) {
 		}
 	}
 	// Replicas leave before the primary they follow.
-	replica := func(n *Node) bool { return n.reachable() && n.State.Role == valkeyops.RoleReplica }
+	replica := func(n *Node) bool { return n.reachable() && n.State.Role == model.RoleReplica }
 	sort.SliceStable(leaving, func(i, j int) bool { return replica(leaving[i]) && !replica(leaving[j]) })
 	for _, n := range leaving {
 		id, known := v.leavingID(n)
@@ -72,7 +72,7 @@ func retireLeaving(v view) (Action, bool) {
 // followed reports whether a reachable server replicates n.
 func (v view) followed(n *Node) bool {
 	for _, o := range v.reachable {
-		if o != n && o.State.Role == valkeyops.RoleReplica && o.State.PrimaryID == n.State.ID {
+		if o != n && o.State.Role == model.RoleReplica && o.State.PrimaryID == n.State.ID {
 			return true
 		}
 	}
@@ -127,7 +127,7 @@ func (v view) joined(shard int) bool {
 		if !n.inCluster() {
 			return false
 		}
-		if n.State.Role == valkeyops.RolePrimary {
+		if n.State.Role == model.RolePrimary {
 			if primary != nil {
 				return false
 			}
@@ -138,7 +138,7 @@ func (v view) joined(shard int) bool {
 		return false
 	}
 	for _, n := range v.byShard[shard] {
-		if n != primary && (n.State.PrimaryID != primary.State.ID || n.State.LinkState != "up") {
+		if n != primary && (n.State.PrimaryID != primary.State.ID || !n.State.LinkedToPrimary()) {
 			return false
 		}
 	}
@@ -157,14 +157,14 @@ func joinNew(v view) (Action, bool) {
 		if p == nil || n == p || v.unwanted(n) || v.retiring(n) {
 			continue
 		}
-		if n.reachable() && n.State.Role == valkeyops.RolePrimary && len(n.State.Slots) == 0 && n.State.Keys > 0 {
+		if n.reachable() && n.State.Role == model.RolePrimary && len(n.State.Slots) == 0 && n.State.Keys > 0 {
 			// A primary left without slots but with keys (its slots went to another node and
 			// it did not follow): Valkey refuses to make it a replica, and its keys belong to
 			// slots another node serves. It is replaced.
 			return Action{Kind: MarkLeaving, Nodes: []string{n.Name}, Reason: fmt.Sprintf("%s holds %d keys of slots it no longer serves and cannot become a replica; a replacement follows", n.Name, n.State.Keys)}, true
 		}
 		switch {
-		case !n.inCluster() || n.State.Role != valkeyops.RoleReplica || n.State.PrimaryID != p.State.ID:
+		case !n.inCluster() || n.State.Role != model.RoleReplica || n.State.PrimaryID != p.State.ID:
 			return Action{Kind: Replicate, Node: n.Name, Reason: fmt.Sprintf("%s joins shard %d as a replica", n.Name, n.Shard)}, true
 		case n.State.SyncInProgress:
 			// Replicate returns once the sync starts: it is watched from here, pass by
@@ -173,7 +173,7 @@ func joinNew(v view) (Action, bool) {
 			if syncing == nil {
 				syncing, syncingWith = n, p
 			}
-		case n.State.LinkState != "up":
+		case !n.State.LinkedToPrimary():
 			return Action{Kind: Replicate, Node: n.Name, Reason: fmt.Sprintf("%s joins shard %d as a replica", n.Name, n.Shard)}, true
 		}
 	}
@@ -203,15 +203,15 @@ func balance(v view) (Action, bool) {
 	if leaving := v.leavingPrimaries(); len(leaving) > 0 {
 		return Action{Kind: Rebalance, Nodes: leaving, Reason: fmt.Sprintf("draining departing %v", leaving)}, true
 	}
-	lo, hi := valkeyops.SlotCount, 0
+	lo, hi := model.SlotCount, 0
 	for s := 0; s < v.Shards; s++ {
 		c := 0
 		if p := v.primaryOf(s); p != nil {
-			c = valkeyops.CountSlots(p.State.Slots)
+			c = model.CountSlots(p.State.Slots)
 		}
 		lo, hi = min(lo, c), max(hi, c)
 	}
-	if hi-lo > valkeyops.SlotCount/100 {
+	if hi-lo > model.SlotCount/100 {
 		return Action{Kind: Rebalance, Reason: fmt.Sprintf("slots uneven across primaries (%d..%d)", lo, hi)}, true
 	}
 	return Action{}, false
@@ -263,7 +263,7 @@ func activateJoined(v view) (Action, bool) {
 	var out []*Node
 	for _, n := range v.live {
 		// A lone primary holding every slot is a whole cluster (1x0): it knows nobody else.
-		whole := n.primaryWithSlots() && valkeyops.CountSlots(n.State.Slots) == valkeyops.SlotCount
+		whole := n.primaryWithSlots() && model.CountSlots(n.State.Slots) == model.SlotCount
 		if n.Lifecycle != Active && (n.inCluster() || whole) {
 			out = append(out, n)
 		}

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // A stranger is a peer in some server's view that is no node of this cluster: a server of
@@ -55,7 +55,7 @@ func (v view) unknownAddrs() map[string]bool {
 	out := map[string]bool{}
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
-		for _, st := range []*valkeyops.NodeState{n.State, n.dying} {
+		for _, st := range []*model.NodeState{n.State, n.dying} {
 			if st == nil || (st.Reachable && st.ID != "") || n.RecordedID != "" {
 				continue
 			}
@@ -78,7 +78,7 @@ func (v view) strangers() []*stranger {
 	for _, o := range v.reachable {
 		for i := range o.State.View {
 			peer := &o.State.View[i]
-			if peer.Myself() || ours[peer.ID] || peer.HasFlag("handshake") || peer.Failing() || peer.HasFlag("noaddr") || unknown[peer.IP] {
+			if peer.Myself() || ours[peer.ID] || peer.InHandshake() || peer.Failing() || peer.NoAddr() || unknown[peer.IP] {
 				continue
 			}
 			s := byID[peer.ID]
@@ -87,15 +87,15 @@ func (v view) strangers() []*stranger {
 				byID[peer.ID] = s
 			}
 			s.knownBy = append(s.knownBy, o.Name)
-			s.slots = max(s.slots, valkeyops.CountSlots(peer.Slots))
+			s.slots = max(s.slots, model.CountSlots(peer.Slots))
 		}
 	}
 	out := make([]*stranger, 0, len(byID))
 	for _, s := range byID {
 		for i := range v.Nodes {
 			n := &v.Nodes[i]
-			for _, st := range []*valkeyops.NodeState{n.State, n.dying} {
-				if st != nil && st.Reachable && st.Role == valkeyops.RoleReplica && st.PrimaryID == s.id {
+			for _, st := range []*model.NodeState{n.State, n.dying} {
+				if st != nil && st.Reachable && st.Role == model.RoleReplica && st.PrimaryID == s.id {
 					s.follow = append(s.follow, n)
 				}
 			}

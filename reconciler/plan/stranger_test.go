@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -50,7 +50,7 @@ func TestStrangers(t *testing.T) {
 		}, plan.Action{Kind: plan.ForgetStrangers, IDs: []string{"id-w"}, Nodes: []string{"b0"}}, []string{"known to a0"}},
 		{"after the stranger is forgotten its slots go back to our empty primary", func(t *testing.T) plan.Observed {
 			return observed(t, 2, 1, with(formed2x1(), func(s []srv) []srv { s[0].slots = ""; return s }))
-		}, plan.Action{Kind: plan.AssignSlots, Node: "a0", Slots: []valkeyops.SlotRange{{Start: 0, End: 8191}}}, nil},
+		}, plan.Action{Kind: plan.AssignSlots, Node: "a0", Slots: []model.SlotRange{{Start: 0, End: 8191}}}, nil},
 		{"after a stranger that had every slot is forgotten the shards form again", func(t *testing.T) plan.Observed {
 			return observed(t, 1, 0, []srv{{name: "a0", shard: 0, keys: 10}})
 		}, plan.Action{Kind: plan.Join}, nil},
@@ -68,7 +68,7 @@ func TestStrangers(t *testing.T) {
 		}, plan.Action{}, nil},
 		{"our node known only by its recorded ID is not a stranger", func(t *testing.T) plan.Observed {
 			o := observed(t, 2, 1, formed2x1())
-			o.Nodes[1].State = &valkeyops.NodeState{Node: valkeyops.Node{Name: "b0", Shard: 0}} // did not answer
+			o.Nodes[1].State = &model.NodeState{Node: model.Node{Name: "b0", Shard: 0}} // did not answer
 			return o
 		}, plan.Action{Kind: plan.Wait}, nil},
 		{"our Leaving node's recorded ID is not a stranger", func(t *testing.T) plan.Observed {
@@ -82,7 +82,7 @@ func TestStrangers(t *testing.T) {
 				ghost{id: "id-c0", flags: "master"})
 			for i := range o.Nodes {
 				if o.Nodes[i].Name == "c0" {
-					o.Nodes[i].State = &valkeyops.NodeState{Node: valkeyops.Node{Name: "c0", Addr: "10.0.0.9:6379"}}
+					o.Nodes[i].State = &model.NodeState{Node: model.Node{Name: "c0", Addr: "10.0.0.9:6379"}}
 				}
 			}
 			return o

@@ -5,7 +5,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -25,7 +25,7 @@ func roles(t *testing.T, defs map[string][2][]views.Rule) func(string) (views.Ro
 	}
 }
 
-// TestACLSpec renders spec.acl with its ValkeyRoles through valkeyops.RenderACL and checks
+// TestACLSpec renders spec.acl with its ValkeyRoles through model.RenderACL and checks
 // the exact file lines: passwords only as hashes, the first permission as the user's root
 // rules, each further one as a selector, and a missing role left out (fewer rights, never
 // more) and reported.
@@ -34,7 +34,7 @@ func TestACLSpec(t *testing.T) {
 		"reader": {{{Name: "read", Allow: true}}, {{Name: "keys", Allow: false}}},
 		"writer": {{{Name: "write", Allow: true}}, nil},
 	})
-	appHash := valkeyops.HashPassword("app-pw")
+	appHash := model.HashPassword("app-pw")
 	tests := []struct {
 		name        string
 		users       []views.ACLUser
@@ -61,11 +61,11 @@ func TestACLSpec(t *testing.T) {
 		},
 		{
 			name: "missing role is left out",
-			users: []views.ACLUser{{Username: "app", PasswordHashes: []string{appHash, valkeyops.HashPassword("next")}, Permissions: []views.ACLPermission{
+			users: []views.ACLUser{{Username: "app", PasswordHashes: []string{appHash, model.HashPassword("next")}, Permissions: []views.ACLPermission{
 				{RoleRef: "gone", Keys: []views.KeyPermission{{Pattern: "*", Access: "readwrite"}}},
 				{RoleRef: "reader", Keys: []views.KeyPermission{{Pattern: "app:*", Access: "read"}}},
 			}}},
-			wantUsers:   []string{"user app on #" + appHash + " #" + valkeyops.HashPassword("next") + " %R~app:* resetchannels -@all +@read -keys"},
+			wantUsers:   []string{"user app on #" + appHash + " #" + model.HashPassword("next") + " %R~app:* resetchannels -@all +@read -keys"},
 			wantMissing: []string{"gone"},
 		},
 	}
@@ -73,17 +73,17 @@ func TestACLSpec(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			spec, missing := render.ACLSpec(tt.users, tt.defaultOn, lookup, "d-pw", "o-pw")
 			assert.Equal(t, tt.wantMissing, missing)
-			require.NoError(t, valkeyops.ValidateACL(spec))
+			require.NoError(t, model.ValidateACL(spec))
 			state := map[bool]string{true: "on", false: "off"}[tt.defaultOn]
 			// The applications' shared login never administers anything, and is off unless kept.
-			want := "user default " + state + " #" + valkeyops.HashPassword("d-pw") + " ~* resetchannels &* +@all -@admin -@dangerous +info\n" +
-				"user operator on #" + valkeyops.HashPassword("o-pw") + " ~* resetchannels &* +@all\n" +
-				"user replication on #" + valkeyops.HashPassword(valkeyops.ReplicationPassword("o-pw")) + " resetchannels -@all +psync +sync +replconf +ping\n" +
-				"user exporter on #" + valkeyops.HashPassword(valkeyops.ExporterPassword("o-pw")) + " resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n"
+			want := "user default " + state + " #" + model.HashPassword("d-pw") + " ~* resetchannels &* +@all -@admin -@dangerous +info\n" +
+				"user operator on #" + model.HashPassword("o-pw") + " ~* resetchannels &* +@all\n" +
+				"user replication on #" + model.HashPassword(model.ReplicationPassword("o-pw")) + " resetchannels -@all +psync +sync +replconf +ping\n" +
+				"user exporter on #" + model.HashPassword(model.ExporterPassword("o-pw")) + " resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n"
 			for _, l := range tt.wantUsers {
 				want += l + "\n"
 			}
-			assert.Equal(t, want, valkeyops.RenderACL(spec))
+			assert.Equal(t, want, model.RenderACL(spec))
 		})
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,7 +28,7 @@ func TestAuthSecrets(t *testing.T) {
 			assert.Equal(t, map[string][]byte{
 				"password":                []byte("app-pw"),
 				"operator-password":       []byte(tt.operator),
-				"replication.conf":        []byte("masteruser replication\nmasterauth " + valkeyops.ReplicationPassword(tt.login) + "\n"),
+				"replication.conf":        []byte("masteruser replication\nmasterauth " + model.ReplicationPassword(tt.login) + "\n"),
 				"exporter-passwords.json": render.ExporterPasswords(tt.login),
 			}, s.Data)
 			assert.Equal(t, render.Labels("c1"), s.Labels)

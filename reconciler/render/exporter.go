@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
@@ -53,7 +53,7 @@ var exporterResources = corev1.ResourceList{
 func ExporterArgs(tls bool) []string {
 	args := []string{
 		"--redis.addr=" + exporterAddr(tls),
-		"--redis.user=" + valkeyops.ExporterUser,
+		"--redis.user=" + model.ExporterUser,
 		"--redis.password-file=" + ExporterPasswordFile,
 		"--config-command=-",
 		"--web.listen-address=:" + strconv.Itoa(ExporterPort),
@@ -118,11 +118,11 @@ var exporterHostPort = "localhost:" + strconv.Itoa(ClientPort)
 // cluster) in both forms the exporter looks its password up by (1.45 by the address as
 // given, 1.86 with the user name in it).
 func ExporterPasswords(operatorPassword string) []byte {
-	pw := valkeyops.ExporterPassword(operatorPassword)
+	pw := model.ExporterPassword(operatorPassword)
 	m := map[string]string{}
 	for _, scheme := range []string{"redis://", "rediss://"} {
 		m[scheme+exporterHostPort] = pw
-		m[scheme+valkeyops.ExporterUser+"@"+exporterHostPort] = pw
+		m[scheme+model.ExporterUser+"@"+exporterHostPort] = pw
 	}
 	b, _ := json.Marshal(m) // a map of strings always encodes; keys sorted
 	return b
@@ -150,7 +150,7 @@ func PodAnnotations(podAnnotations map[string]string, s views.NodeSpec, loginPas
 			out[k] = v
 		}
 	}
-	out[AnnotationExporterPassword] = valkeyops.HashPassword(valkeyops.ExporterPassword(loginPassword))
+	out[AnnotationExporterPassword] = model.HashPassword(model.ExporterPassword(loginPassword))
 	return out
 }
 

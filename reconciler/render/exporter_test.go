@@ -6,7 +6,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -74,14 +74,14 @@ func TestExporterSidecar(t *testing.T) {
 			assert.Equal(t, "c1-auth", vol.SecretName)
 			assert.Equal(t, []corev1.KeyToPath{{Key: "exporter-passwords.json", Path: "exporter-passwords.json"}}, vol.Items, "one key of the auth Secret")
 
-			assert.Equal(t, valkeyops.HashPassword(valkeyops.ExporterPassword(login)), pod.Annotations[render.AnnotationExporterPassword])
+			assert.Equal(t, model.HashPassword(model.ExporterPassword(login)), pod.Annotations[render.AnnotationExporterPassword])
 			assert.Equal(t, "true", pod.Annotations["prometheus.io/scrape"])
 			assert.Equal(t, "9121", pod.Annotations["prometheus.io/port"])
 			assert.Equal(t, "x", pod.Annotations["team"])
 
 			whole, err := json.Marshal(pod)
 			require.NoError(t, err)
-			for _, secret := range []string{login, valkeyops.ExporterPassword(login), valkeyops.ReplicationPassword(login)} {
+			for _, secret := range []string{login, model.ExporterPassword(login), model.ReplicationPassword(login)} {
 				assert.NotContains(t, string(whole), secret, "a password in the pod spec")
 			}
 		})
@@ -102,7 +102,7 @@ func contains(l []string, s string) bool {
 func TestExporterPasswords(t *testing.T) {
 	var got map[string]string
 	require.NoError(t, json.Unmarshal(render.ExporterPasswords("login"), &got))
-	pw := valkeyops.ExporterPassword("login")
+	pw := model.ExporterPassword("login")
 	assert.Equal(t, map[string]string{
 		"redis://localhost:6379":           pw,
 		"redis://exporter@localhost:6379":  pw,
@@ -124,7 +124,7 @@ func TestPodAnnotations(t *testing.T) {
 		"prometheus.io/port":              "9121",
 		"prometheus.io/path":              "/metrics",
 		"team":                            "x",
-		render.AnnotationExporterPassword: valkeyops.HashPassword(valkeyops.ExporterPassword("login")),
+		render.AnnotationExporterPassword: model.HashPassword(model.ExporterPassword("login")),
 	}, on)
 	assert.Equal(t, map[string]string{"prometheus.io/scrape": "false", "team": "x"}, user, "the cluster's map is not changed")
 	assert.Len(t, render.PodAnnotations(nil, views.NodeSpec{Exporter: true}, "login"), 4)

@@ -10,7 +10,7 @@ import (
 	"io"
 	"strconv"
 
-	"github.com/gomomento/valkey-operator/valkeyops"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -130,9 +130,9 @@ func AppliedAuthSecret(cluster, namespace, loginPassword string) *corev1ac.Secre
 
 // ReplicationConf renders the valkey.conf fragment with which replicas authenticate to their
 // primary: the replication user, with the password that goes with the operator password the
-// servers accept (valkeyops.ReplicationLogin).
+// servers accept (model.ReplicationLogin).
 func ReplicationConf(operatorPassword string) []byte {
-	user, pw := valkeyops.ReplicationLogin(operatorPassword)
+	user, pw := model.ReplicationLogin(operatorPassword)
 	return []byte("masteruser " + user + "\nmasterauth " + pw + "\n")
 }
 

@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 import (
 	"testing"
@@ -22,14 +22,14 @@ func healthyCluster() *Snapshot {
 	s := &Snapshot{}
 	for i, me := range ns {
 		st := NodeState{Node: Node{Name: me.name, Shard: i % 2}, Reachable: true, ID: me.id, ClusterState: "ok",
-			KnownNodes: len(ns), SlotsAssigned: SlotCount, LinkState: "up", Slots: me.slots}
+			KnownNodes: len(ns), SlotsAssigned: SlotCount, PrimaryLink: PrimaryLinkUp, Slots: me.slots}
 		if me.primary == "" {
 			st.Role = RolePrimary
 		} else {
 			st.Role, st.PrimaryID = RoleReplica, me.primary
 		}
 		for _, o := range ns {
-			cn := ClusterNode{ID: o.id, LinkState: "connected", PongRecv: 1, Slots: o.slots, PrimaryID: o.primary}
+			cn := ClusterNode{ID: o.id, BusLink: BusConnected, PongRecv: 1, Slots: o.slots, PrimaryID: o.primary}
 			if o.primary == "" {
 				cn.Flags = []string{"master"}
 			} else {
@@ -77,7 +77,7 @@ func TestHealth(t *testing.T) {
 			name: "pfail flag and broken link", shards: 2, replicas: 1,
 			mutate: func(s *Snapshot) {
 				s.Nodes[0].View[1].Flags = []string{"master", "fail?"}
-				s.Nodes[3].LinkState = "down"
+				s.Nodes[3].PrimaryLink = PrimaryLinkDown
 			},
 			want: []string{"node p0 flags id-p1 as fail?", "primary p1 has 0 of 1 linked replicas", "replica r1 link to primary is \"down\""},
 		},
@@ -111,7 +111,7 @@ func TestBestReplica(t *testing.T) {
 		want   string
 	}{
 		{name: "linked replica in sync", want: "r0"},
-		{name: "link down", mutate: func(s *Snapshot) { s.Nodes[2].LinkState = "down" }},
+		{name: "link down", mutate: func(s *Snapshot) { s.Nodes[2].PrimaryLink = PrimaryLinkDown }},
 		{name: "syncing", mutate: func(s *Snapshot) { s.Nodes[2].SyncInProgress = true }},
 		{name: "too far behind", mutate: func(s *Snapshot) { s.Nodes[0].ReplOffset = MaxSyncLag + 10 }},
 		{name: "a replica that has not learned every primary's slots yet cannot count their votes", mutate: func(s *Snapshot) {
@@ -127,14 +127,14 @@ func TestBestReplica(t *testing.T) {
 			s.Nodes[2].View[1].PongRecv = 0
 		}},
 		{name: "a primary whose bus link to the replica is down", mutate: func(s *Snapshot) {
-			s.Nodes[1].View[2].LinkState = "disconnected"
+			s.Nodes[1].View[2].BusLink = BusDisconnected
 		}},
 		{name: "highest offset wins", want: "r2", mutate: func(s *Snapshot) {
 			r2 := s.Nodes[2]
 			r2.Name, r2.ID, r2.ReplOffset = "r2", "id-r2", 5
 			s.Nodes = append(s.Nodes, r2)
 			for i := range s.Nodes {
-				s.Nodes[i].View = append(s.Nodes[i].View, ClusterNode{ID: "id-r2", Flags: []string{"slave"}, PrimaryID: "id-p0", LinkState: "connected", PongRecv: 1})
+				s.Nodes[i].View = append(s.Nodes[i].View, ClusterNode{ID: "id-r2", Flags: []string{"slave"}, PrimaryID: "id-p0", BusLink: BusConnected, PongRecv: 1})
 			}
 		}},
 	}

@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 import (
 	"strings"

@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 import (
 	"fmt"
@@ -11,12 +11,12 @@ type Move struct {
 	Slots    []SlotRange
 }
 
-// PlanRebalance is the pure planner behind Rebalance. owned maps every slot-holding primary's
-// ID to its slots; targets are the primaries that should end with an even share (in a stable
-// order). Every owner that is not a target is drained completely, spread over the targets
-// rather than onto one (one receiver of a whole drained shard risks OOM). Each target keeps
-// what it has up to its share, so no slot moves unless it must, and slots leave a donor from
-// the end of its ranges to keep ranges contiguous.
+// PlanRebalance is the pure planner behind valkeyops' Admin.Rebalance. owned maps every
+// slot-holding primary's ID to its slots; targets are the primaries that should end with an
+// even share (in a stable order). Every owner that is not a target is drained completely,
+// spread over the targets rather than onto one (one receiver of a whole drained shard risks
+// OOM). Each target keeps what it has up to its share, so no slot moves unless it must, and
+// slots leave a donor from the end of its ranges to keep ranges contiguous.
 func PlanRebalance(owned map[string][]SlotRange, targets []string) ([]Move, error) {
 	if len(targets) == 0 {
 		return nil, fmt.Errorf("%w: no target primaries", ErrInvalidSpec)
@@ -117,12 +117,12 @@ func PlanRebalance(owned map[string][]SlotRange, targets []string) ([]Move, erro
 	return out, nil
 }
 
-// scheduleRounds groups moves into rounds whose moves can run in parallel: no node is the
+// ScheduleRounds groups moves into rounds whose moves can run in parallel: no node is the
 // source of two moves of a round, nor both a source and a target in it. With sharedTargets a
 // node may receive several moves of one round (the key-by-key path: several sources feeding
 // one new primary keep it busy, where one at a time leaves it waiting on each source);
 // without, every node takes part in one move a round.
-func scheduleRounds(moves []Move, sharedTargets bool) [][]Move {
+func ScheduleRounds(moves []Move, sharedTargets bool) [][]Move {
 	var rounds [][]Move
 	left := append([]Move(nil), moves...)
 	for len(left) > 0 {

@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 // ExporterUser is the ACL user the metrics exporter sidecar (ValkeyConfig spec.exporter)
 // logs in to its own node's server as. It may read only the statistics the exporter turns

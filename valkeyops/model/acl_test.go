@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 import (
 	"strings"
@@ -147,11 +147,4 @@ func TestValidateACL(t *testing.T) {
 func withUser(s ACLSpec, u ACLUser) ACLSpec {
 	s.Users = append(append([]ACLUser(nil), s.Users...), u)
 	return s
-}
-
-func TestNewAdminRequiresPassword(t *testing.T) {
-	_, err := NewAdmin(Options{Credentials: Credentials{Username: OperatorUser}})
-	assert.ErrorIs(t, err, ErrAuthRequired)
-	var op *OpError
-	assert.ErrorAs(t, err, &op)
 }

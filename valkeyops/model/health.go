@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 import (
 	"fmt"
@@ -25,19 +25,17 @@ func Health(s *Snapshot, shards, replicasPerShard int) []string {
 			reasons = append(reasons, fmt.Sprintf("node %s unreachable", n.Name))
 			continue
 		}
-		if n.ClusterState != "ok" {
+		if !n.ClusterOK() {
 			reasons = append(reasons, fmt.Sprintf("node %s reports cluster_state %q", n.Name, n.ClusterState))
 		}
 		if n.SlotsAssigned != SlotCount {
 			reasons = append(reasons, fmt.Sprintf("node %s sees %d of %d slots assigned", n.Name, n.SlotsAssigned, SlotCount))
 		}
 		for _, peer := range n.View {
-			for _, bad := range []string{"fail", "fail?", "handshake", "noaddr"} {
-				if peer.HasFlag(bad) {
-					reasons = append(reasons, fmt.Sprintf("node %s flags %s as %s", n.Name, peer.ID, bad))
-				}
+			for _, bad := range peer.UnhealthyFlags() {
+				reasons = append(reasons, fmt.Sprintf("node %s flags %s as %s", n.Name, peer.ID, bad))
 			}
-			if !peer.Myself() && peer.LinkState != "connected" {
+			if !peer.Myself() && !peer.Connected() {
 				reasons = append(reasons, fmt.Sprintf("node %s has no link to %s", n.Name, peer.ID))
 			}
 		}
@@ -49,8 +47,8 @@ func Health(s *Snapshot, shards, replicasPerShard int) []string {
 		if self := n.Self(); self != nil && (len(self.Importing) > 0 || len(self.Migrating) > 0) {
 			reasons = append(reasons, fmt.Sprintf("node %s has open slots (importing %d, migrating %d)", n.Name, len(self.Importing), len(self.Migrating)))
 		}
-		if n.Role == RoleReplica && n.LinkState != "up" {
-			reasons = append(reasons, fmt.Sprintf("replica %s link to primary is %q", n.Name, n.LinkState))
+		if n.Role == RoleReplica && !n.LinkedToPrimary() {
+			reasons = append(reasons, fmt.Sprintf("replica %s link to primary is %q", n.Name, n.PrimaryLink))
 		}
 	}
 	owned := make([]int, SlotCount)
@@ -67,7 +65,7 @@ func Health(s *Snapshot, shards, replicasPerShard int) []string {
 		}
 		linked := 0
 		for _, r := range s.ReplicasOf(p.ID) {
-			if r.LinkState == "up" {
+			if r.LinkedToPrimary() {
 				linked++
 			}
 		}

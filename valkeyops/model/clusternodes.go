@@ -1,8 +1,9 @@
-package valkeyops
+package model
 
 import (
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -19,35 +20,77 @@ type ClusterNode struct {
 	PingSent    int64
 	PongRecv    int64
 	ConfigEpoch uint64
-	LinkState   string // "connected" | "disconnected"
-	Slots       []SlotRange
+	// BusLink is the observing node's cluster-bus link to this member (see Connected). It is
+	// not a replica's link to its primary: that is NodeState.PrimaryLink.
+	BusLink BusLinkState
+	Slots   []SlotRange
 	// Migrating maps slot -> destination node ID; Importing maps slot -> source node ID. Only
 	// the observing node's own line ("myself") carries these.
 	Migrating map[int]string
 	Importing map[int]string
 }
 
-// HasFlag reports whether the node carries flag f (e.g. "fail", "fail?", "handshake").
-func (n *ClusterNode) HasFlag(f string) bool {
-	for _, x := range n.Flags {
-		if x == f {
-			return true
-		}
-	}
-	return false
+// BusLinkState is the link-state field of a CLUSTER NODES line.
+type BusLinkState string
+
+const (
+	BusConnected    BusLinkState = "connected"
+	BusDisconnected BusLinkState = "disconnected"
+)
+
+// The flags of a CLUSTER NODES line the predicates below read. Nothing outside this file
+// spells them: callers ask the predicates.
+const (
+	flagMyself    = "myself"
+	flagPrimary   = "master"
+	flagReplica   = "slave"
+	flagFail      = "fail"
+	flagPFail     = "fail?"
+	flagHandshake = "handshake"
+	flagNoAddr    = "noaddr"
+)
+
+// hasFlag reports whether the node carries flag f.
+func (n *ClusterNode) hasFlag(f string) bool {
+	return slices.Contains(n.Flags, f)
 }
 
 // Myself reports whether this line describes the observing node itself.
-func (n *ClusterNode) Myself() bool { return n.HasFlag("myself") }
+func (n *ClusterNode) Myself() bool { return n.hasFlag(flagMyself) }
 
 // IsPrimary reports whether the line says primary ("master").
-func (n *ClusterNode) IsPrimary() bool { return n.HasFlag("master") }
+func (n *ClusterNode) IsPrimary() bool { return n.hasFlag(flagPrimary) }
 
 // IsReplica reports whether the line says replica ("slave").
-func (n *ClusterNode) IsReplica() bool { return n.HasFlag("slave") }
+func (n *ClusterNode) IsReplica() bool { return n.hasFlag(flagReplica) }
 
-// Failing reports fail or pfail ("fail?") flags.
-func (n *ClusterNode) Failing() bool { return n.HasFlag("fail") || n.HasFlag("fail?") }
+// Failed reports the fail flag: a majority of the primaries agreed that the node failed.
+func (n *ClusterNode) Failed() bool { return n.hasFlag(flagFail) }
+
+// Failing reports fail or pfail ("fail?", the observer alone suspects it) flags.
+func (n *ClusterNode) Failing() bool { return n.Failed() || n.hasFlag(flagPFail) }
+
+// InHandshake reports the handshake flag: the observer is still waiting for the node's first
+// PONG.
+func (n *ClusterNode) InHandshake() bool { return n.hasFlag(flagHandshake) }
+
+// NoAddr reports the noaddr flag: the observer knows no address for the node.
+func (n *ClusterNode) NoAddr() bool { return n.hasFlag(flagNoAddr) }
+
+// Connected reports whether the observer's cluster-bus link to the node is up.
+func (n *ClusterNode) Connected() bool { return n.BusLink == BusConnected }
+
+// UnhealthyFlags are the flags of the line that mark the member unhealthy in the observer's
+// view (fail, fail?, handshake, noaddr), in that order.
+func (n *ClusterNode) UnhealthyFlags() []string {
+	var out []string
+	for _, f := range []string{flagFail, flagPFail, flagHandshake, flagNoAddr} {
+		if n.hasFlag(f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
 // Addr is the announced "ip:port" ("" when the IP is unknown).
 func (n *ClusterNode) Addr() string {
@@ -80,7 +123,7 @@ func parseClusterNodeLine(line string) (ClusterNode, error) {
 	if len(f) < 8 {
 		return ClusterNode{}, fmt.Errorf("want at least 8 fields, got %d", len(f))
 	}
-	n := ClusterNode{ID: f[0], LinkState: f[7]}
+	n := ClusterNode{ID: f[0], BusLink: BusLinkState(f[7])}
 	addr := f[1]
 	if i := strings.IndexByte(addr, ','); i >= 0 {
 		extra := strings.Split(addr[i+1:], ",")

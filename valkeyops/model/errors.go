@@ -1,12 +1,13 @@
-package valkeyops
+package model
 
 import (
 	"errors"
 	"fmt"
 )
 
-// OpError is the error every Admin operation returns when a step fails on a node. Callers use
-// errors.As to learn which node and which step failed instead of matching strings.
+// OpError is the error every valkeyops.Admin operation (and ValidateACL and CheckCommands
+// here) returns when a step fails on a node. Callers use errors.As to learn which node and
+// which step failed instead of matching strings.
 type OpError struct {
 	Node string // node name (or address/ID when no name is known)
 	Step string // e.g. "dial", "observe", "meet", "addslots", "migrate", "failover-wait"
@@ -22,7 +23,9 @@ func (e *OpError) Error() string {
 
 func (e *OpError) Unwrap() error { return e.Err }
 
-func opErr(node, step string, err error) error {
+// NewOpError wraps err as the OpError of step on node; nil stays nil, so a step's result can be
+// wrapped whether it failed or not.
+func NewOpError(node, step string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -45,4 +48,9 @@ var (
 	ErrUnsafe = errors.New("refused: unsafe")
 	// ErrInvalidSpec means caller input (nodes, shard counts, ACL spec) is invalid.
 	ErrInvalidSpec = errors.New("invalid input")
+	// ErrUntrustedCertificate means a server presented a certificate that does not verify
+	// against the credentials' CA bundle under their server name. During a CA change the
+	// bundle must hold the old and the new CA until every node serves a certificate of the new
+	// one.
+	ErrUntrustedCertificate = errors.New("served certificate not trusted")
 )

@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 import (
 	"fmt"
@@ -92,7 +92,8 @@ func FormatRanges(rs []SlotRange) string {
 	return strings.Join(parts, " ")
 }
 
-func slotSet(rs []SlotRange) map[int]bool {
+// SlotSet is the slots of the ranges as a set.
+func SlotSet(rs []SlotRange) map[int]bool {
 	out := make(map[int]bool, CountSlots(rs))
 	for _, r := range rs {
 		for s := r.Start; s <= r.End; s++ {
@@ -102,8 +103,9 @@ func slotSet(rs []SlotRange) map[int]bool {
 	return out
 }
 
-func ownsAny(rs []SlotRange, slots []int) bool {
-	set := slotSet(rs)
+// OwnsAny reports whether the ranges hold any of slots.
+func OwnsAny(rs []SlotRange, slots []int) bool {
+	set := SlotSet(rs)
 	for _, s := range slots {
 		if set[s] {
 			return true

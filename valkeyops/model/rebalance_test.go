@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 import (
 	"testing"
@@ -124,7 +124,7 @@ func TestScheduleRounds(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rounds := scheduleRounds(tt.moves, tt.sharedTargets)
+			rounds := ScheduleRounds(tt.moves, tt.sharedTargets)
 			assert.Len(t, rounds, tt.rounds)
 			total := 0
 			for _, r := range rounds {

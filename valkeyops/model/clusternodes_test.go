@@ -1,4 +1,4 @@
-package valkeyops
+package model
 
 import (
 	"testing"
@@ -20,9 +20,9 @@ func TestParseClusterNodes(t *testing.T) {
 				"e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca 127.0.0.1:30001@31001 myself,master - 0 0 1 connected 0-5460 5462 [5461->-292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f] [93-<-67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1]\n",
 			want: []ClusterNode{
 				{ID: "07c37dfeb235213a872192d90877d0cd55635b91", IP: "127.0.0.1", Port: 30004, BusPort: 31004, Hostname: "host-a",
-					Flags: []string{"replica", "slave"}, PrimaryID: "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca", PongRecv: 1426238317239, ConfigEpoch: 4, LinkState: "connected"},
+					Flags: []string{"replica", "slave"}, PrimaryID: "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca", PongRecv: 1426238317239, ConfigEpoch: 4, BusLink: BusConnected},
 				{ID: "e7d1eecce10fd6bb5eb35b9f99a514335d9ba9ca", IP: "127.0.0.1", Port: 30001, BusPort: 31001,
-					Flags: []string{"myself", "master"}, ConfigEpoch: 1, LinkState: "connected",
+					Flags: []string{"myself", "master"}, ConfigEpoch: 1, BusLink: BusConnected,
 					Slots:     []SlotRange{{0, 5460}, {5462, 5462}},
 					Migrating: map[int]string{5461: "292f8b365bb7edb5e285caf0b7e6ddc7265d2f4f"},
 					Importing: map[int]string{93: "67ed2db8d677e59ec4a4cefb06858cf2a1a89fa1"}},
@@ -33,14 +33,14 @@ func TestParseClusterNodes(t *testing.T) {
 			in: "aaaa :6379@16379 myself,master - 0 0 0 connected\n" +
 				"bbbb :0@0 master,fail,noaddr - 1 2 3 disconnected\n",
 			want: []ClusterNode{
-				{ID: "aaaa", Port: 6379, BusPort: 16379, Flags: []string{"myself", "master"}, LinkState: "connected"},
-				{ID: "bbbb", Flags: []string{"master", "fail", "noaddr"}, PingSent: 1, PongRecv: 2, ConfigEpoch: 3, LinkState: "disconnected"},
+				{ID: "aaaa", Port: 6379, BusPort: 16379, Flags: []string{"myself", "master"}, BusLink: BusConnected},
+				{ID: "bbbb", Flags: []string{"master", "fail", "noaddr"}, PingSent: 1, PongRecv: 2, ConfigEpoch: 3, BusLink: BusDisconnected},
 			},
 		},
 		{
 			name: "noflags and ipv6",
 			in:   "cccc [::1]:7000@17000 noflags - 0 0 0 connected 16383\n",
-			want: []ClusterNode{{ID: "cccc", IP: "::1", Port: 7000, BusPort: 17000, LinkState: "connected", Slots: []SlotRange{{16383, 16383}}}},
+			want: []ClusterNode{{ID: "cccc", IP: "::1", Port: 7000, BusPort: 17000, BusLink: BusConnected, Slots: []SlotRange{{16383, 16383}}}},
 		},
 		{name: "too few fields", in: "aaaa 1.2.3.4:1@2 master -\n", wantErr: true},
 		{name: "slot out of range", in: "aaaa 1.2.3.4:1@2 master - 0 0 0 connected 0-16384\n", wantErr: true},
@@ -69,6 +69,21 @@ func TestNodeHelpers(t *testing.T) {
 	assert.Equal(t, "10.0.0.1:6379", nodes[0].Addr())
 	assert.True(t, nodes[1].IsReplica())
 	assert.True(t, nodes[1].Failing())
+	assert.False(t, nodes[1].Failed(), "suspected (fail?), not agreed")
+	assert.True(t, nodes[0].Connected())
+	assert.Empty(t, nodes[0].UnhealthyFlags())
+	assert.Equal(t, []string{"fail?"}, nodes[1].UnhealthyFlags())
+
+	nodes, err = ParseClusterNodes("cccc :0@0 master,fail,noaddr - 0 0 1 disconnected\ndddd 10.0.0.4:6379@16379 master,handshake - 0 0 0 connected\n")
+	require.NoError(t, err)
+	assert.True(t, nodes[0].Failed())
+	assert.True(t, nodes[0].Failing())
+	assert.True(t, nodes[0].NoAddr())
+	assert.False(t, nodes[0].Connected())
+	assert.Equal(t, []string{"fail", "noaddr"}, nodes[0].UnhealthyFlags())
+	assert.True(t, nodes[1].InHandshake())
+	assert.False(t, nodes[1].NoAddr())
+	assert.Equal(t, []string{"handshake"}, nodes[1].UnhealthyFlags())
 }
 
 func TestSlots(t *testing.T) {
@@ -94,36 +109,4 @@ func TestSlots(t *testing.T) {
 	assert.Equal(t, []SlotRange{{1, 3}, {7, 7}}, CompactSlots([]int{3, 1, 2, 7, 2}))
 	assert.Equal(t, "1-3 7", FormatRanges([]SlotRange{{1, 3}, {7, 7}}))
 	assert.Equal(t, []int{1, 2, 3, 7}, ExpandSlots([]SlotRange{{1, 3}, {7, 7}}))
-}
-
-func TestStripVerbatim(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"txt:cluster_state:ok", "cluster_state:ok"},
-		{"cluster_state:ok", "cluster_state:ok"},
-		{"abc", "abc"},
-		{"", ""},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.want, stripVerbatim(tt.in))
-	}
-}
-
-func TestSameRanges(t *testing.T) {
-	tests := []struct {
-		got, want string
-		same      bool
-	}{
-		{"0-100 200-300", "0-100 200-300", true},
-		{"5-5", "5", true},
-		{"0-100,200-300", "0-100 200-300", true},
-		{"0-100", "0-101", false},
-	}
-	for _, tt := range tests {
-		assert.Equal(t, tt.same, sameRanges(tt.got, tt.want), "%q vs %q", tt.got, tt.want)
-	}
-}
-
-func TestParseInfo(t *testing.T) {
-	got := parseInfo("# Replication\r\nrole:master\r\nmaster_repl_offset:42\r\n\r\n")
-	assert.Equal(t, map[string]string{"role": "master", "master_repl_offset": "42"}, got)
 }
