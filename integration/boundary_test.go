@@ -54,13 +54,13 @@ func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
 			require.NoError(t, err)
 
 			start := time.Now()
-			require.NoError(t, client.Bootstrap(ctx, nodes, shards))
+			require.NoError(t, client.Topology.Bootstrap(ctx, nodes, shards))
 			var (
 				snap     *model.Snapshot
 				problems []string
 			)
 			require.Eventually(t, func() bool {
-				snap, err = client.Observe(ctx, nodes)
+				snap, err = client.Reads.Observe(ctx, nodes)
 				if err != nil {
 					return false
 				}
@@ -79,14 +79,14 @@ func TestReconcilerBoundaryFormsRealCluster(t *testing.T) {
 
 			again, err := v.Connect(ctx, key, cred)
 			require.NoError(t, err)
-			assert.Same(t, client, again, "unchanged credentials reuse the pooled client")
+			assert.Same(t, client.Reads, again.Reads, "unchanged credentials reuse the pooled client")
 
 			// A wrong password is refused: auth is really on.
 			bad := cred
 			bad.Password = "wrong"
 			other, err := v.Connect(ctx, types.NamespacedName{Namespace: "it", Name: "other"}, bad)
 			require.NoError(t, err, "connections open lazily: the server is what refuses")
-			s, err := other.Observe(ctx, nodes[:1])
+			s, err := other.Reads.Observe(ctx, nodes[:1])
 			require.NoError(t, err)
 			assert.False(t, s.Nodes[0].Reachable, "wrong password must not reach the node")
 			assert.ErrorContains(t, s.Nodes[0].Err, "WRONGPASS", "refused for its credentials, not for anything else")

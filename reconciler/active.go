@@ -153,7 +153,7 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 	if a.Kind == plan.Rebalance {
 		// A slot move may take minutes: it runs in the background (tasks.go) and a later
 		// pass reports it.
-		c, members := p.valkey, p.members
+		c, members := p.valkey.Topology, p.members
 		r.memory.startMove(ctx, p.key, a, func(ctx context.Context) (valkeyops.MoveStats, error) { return c.Rebalance(ctx, members, a.Nodes) })
 		return again
 	}
@@ -194,28 +194,28 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 	case plan.CreateNodes:
 		return r.createNodes(ctx, p, a.Shards)
 	case plan.Join:
-		return p.valkey.Bootstrap(ctx, p.joinable(), p.cluster.Shards())
+		return p.valkey.Topology.Bootstrap(ctx, p.joinable(), p.cluster.Shards())
 	case plan.Replicate:
 		n, err := p.node(a.Node)
 		if err != nil {
 			return err
 		}
-		return p.valkey.Replicate(ctx, p.members, a.Node, n.Shard())
+		return p.valkey.Topology.Replicate(ctx, p.members, a.Node, n.Shard())
 	case plan.Remove:
-		return p.valkey.RemoveNode(ctx, p.members, a.Node)
+		return p.valkey.Topology.RemoveNode(ctx, p.members, a.Node)
 	case plan.Failover:
-		return p.valkey.Failover(ctx, p.members, a.Node)
+		return p.valkey.Failovers.Failover(ctx, p.members, a.Node)
 	case plan.Takeover:
-		return p.valkey.Takeover(ctx, p.members, a.Node)
+		return p.valkey.Failovers.Takeover(ctx, p.members, a.Node)
 	case plan.ForceFailover:
-		return p.valkey.ForceFailover(ctx, p.members, a.Node)
+		return p.valkey.Failovers.ForceFailover(ctx, p.members, a.Node)
 	case plan.DropSlots:
 		r.warn(p, ReasonSlotsLost, "DropSlots", a.Reason)
-		return p.valkey.Forget(ctx, p.members, a.IDs)
+		return p.valkey.Topology.Forget(ctx, p.members, a.IDs)
 	case plan.AssignSlots:
-		return p.valkey.AssignSlots(ctx, p.members, a.Node, a.Slots)
+		return p.valkey.Topology.AssignSlots(ctx, p.members, a.Node, a.Slots)
 	case plan.Forget:
-		return p.valkey.Forget(ctx, p.members, a.IDs)
+		return p.valkey.Topology.Forget(ctx, p.members, a.IDs)
 	case plan.ForgetStrangers:
 		r.warn(p, ReasonStranger, "ForgetStrangers", a.Reason)
 		var tell []model.Node // a replica cannot forget its own primary: it is replaced
@@ -224,7 +224,7 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 				tell = append(tell, m)
 			}
 		}
-		if err := p.valkey.Forget(ctx, tell, a.IDs); err != nil {
+		if err := p.valkey.Topology.Forget(ctx, tell, a.IDs); err != nil {
 			return err
 		}
 		return r.setLifecycle(ctx, p, a.Nodes, views.LifecycleLeaving)
@@ -239,7 +239,7 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 			if err := r.requireNotYetActive(ctx, p, a.Nodes); err != nil {
 				return err
 			}
-			if err := p.valkey.Settle(ctx, p.membersNamed(a.Nodes)); err != nil {
+			if err := p.valkey.Topology.Settle(ctx, p.membersNamed(a.Nodes)); err != nil {
 				return err
 			}
 		}
@@ -426,4 +426,38 @@ func (p *pass) node(name string) (views.Node, error) {
 		}
 	}
 	return views.Node{}, fmt.Errorf("planner named unknown node %q", name)
+}
+
+// Topology is the port of the topology concern: the writes that form the cluster, add and
+// remove its nodes and move its slots.
+type Topology interface {
+	// Bootstrap forms the cluster from nodes grouped by their Shard; idempotent.
+	Bootstrap(ctx context.Context, nodes []model.Node, shards int) error
+	// Settle puts nodes at their configured cluster-node-timeout with replica failover on,
+	// as Bootstrap leaves them when it returns.
+	Settle(ctx context.Context, nodes []model.Node) error
+	// Replicate makes node name a replica of its shard's slot-holding primary (MEET first).
+	Replicate(ctx context.Context, nodes []model.Node, name string, shard int) error
+	// Rebalance moves slots with their keys to an even share, draining the primaries named
+	// in leaving; it first finishes any move an earlier run left open. It counts what it
+	// moved, also when it fails part-way.
+	Rebalance(ctx context.Context, nodes []model.Node, leaving []string) (valkeyops.MoveStats, error)
+	// RemoveNode makes every other node forget a node that holds no slots (its pod goes next).
+	RemoveNode(ctx context.Context, nodes []model.Node, name string) error
+	// AssignSlots gives slots nobody owns to the empty primary name (MEET first).
+	AssignSlots(ctx context.Context, nodes []model.Node, name string, slots []model.SlotRange) error
+	// Forget makes every reachable node forget the given node IDs.
+	Forget(ctx context.Context, nodes []model.Node, ids []string) error
+}
+
+// Failovers is the port of the handovers: a shard's primary role moved to a replica.
+type Failovers interface {
+	// Failover hands a primary's slots to its best in-sync replica (graceful CLUSTER FAILOVER).
+	Failover(ctx context.Context, nodes []model.Node, primary string) error
+	// ForceFailover promotes a replica by a vote started at once (its primary's process has
+	// exited; a majority of primaries survives to vote).
+	ForceFailover(ctx context.Context, nodes []model.Node, replica string) error
+	// Takeover promotes a replica without a vote (its primary is gone and too few primaries
+	// survive to elect it).
+	Takeover(ctx context.Context, nodes []model.Node, replica string) error
 }

@@ -1003,6 +1003,11 @@ func (e *day2Env) converged(t *testing.T, key types.NamespacedName, shards, repl
 	var pods []string
 	for _, p := range e.pods(t, key) {
 		pods = append(pods, p.Name)
+		// The operator marks a pod in sync from a pass after the one that saw it so; a window
+		// that starts before every mark has landed would count the late ones as its own.
+		if !podInSync(p) {
+			return false, p.Name + " is not yet marked in sync"
+		}
 	}
 	sort.Strings(pods)
 	if !slices.Equal(names, pods) {
@@ -1016,6 +1021,16 @@ func (e *day2Env) converged(t *testing.T, key types.NamespacedName, shards, repl
 		return false, strings.Join(problems, "; ")
 	}
 	return true, "converged"
+}
+
+// podInSync reports whether the operator has marked pod an in-sync member of its shard.
+func podInSync(pod corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == render.InSyncCondition {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // waitConverged waits for converged, then for two more passes, so that the last action's

@@ -343,7 +343,7 @@ func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
 		r.warn(p, ReasonBootstrapFailed, "Bootstrap", "bootstrap waits: "+expiryNote(p.cluster.TLSSecretRef(), at))
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 	}
-	if err := p.valkey.Bootstrap(ctx, p.members, t.Shards); err != nil {
+	if err := p.valkey.Topology.Bootstrap(ctx, p.members, t.Shards); err != nil {
 		r.warn(p, ReasonBootstrapFailed, "Bootstrap", "bootstrap failed: "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}

@@ -136,7 +136,7 @@ func (f *fakeValkey) lastCredentials(key types.NamespacedName) valkeyops.Credent
 	return f.creds[key]
 }
 
-func (f *fakeValkey) Connect(_ context.Context, key types.NamespacedName, cred valkeyops.Credentials) (reconciler.ValkeyClient, error) {
+func (f *fakeValkey) Connect(_ context.Context, key types.NamespacedName, cred valkeyops.Credentials) (*reconciler.Servers, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[key]++
@@ -147,7 +147,7 @@ func (f *fakeValkey) Connect(_ context.Context, key types.NamespacedName, cred v
 	if err := verifyServedCertificate(cred); err != nil {
 		return nil, fmt.Errorf("fake: TLS handshake: %w", err)
 	}
-	return &fakeClient{f: f, key: key}, nil
+	return (&fakeClient{f: f, key: key}).servers(), nil
 }
 
 // verifyServedCertificate runs the credentials' TLS verification on the certificate the
@@ -177,6 +177,11 @@ func verifyServedCertificate(cred valkeyops.Credentials) error {
 }
 
 func (f *fakeValkey) Release(types.NamespacedName) {}
+
+// servers serves every port with c.
+func (c *fakeClient) servers() *reconciler.Servers {
+	return &reconciler.Servers{Reads: c, Topology: c, Failovers: c, Credentials: c, Certificates: c}
+}
 
 // fakeClient is one cluster's scripted servers.
 type fakeClient struct {

@@ -261,14 +261,14 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 		return nil
 	}
 	for _, f := range plan.fixes {
-		if err := p.valkey.ApplyACL(actx, f.nodes, f.spec); err != nil {
+		if err := p.valkey.Credentials.ApplyACL(actx, f.nodes, f.spec); err != nil {
 			return fail("ApplyACL", err)
 		}
 		r.event(p, nil, ReasonACLApplied, "ApplyACL", "ACL applied live and verified on %d node(s) (%s); users changed: %s",
 			len(f.nodes), strings.Join(nodeNames(f.nodes), ", "), strings.Join(f.users, ", "))
 	}
 	if len(plan.replication) > 0 {
-		if err := p.valkey.SyncReplicationAuth(actx, plan.replication); err != nil {
+		if err := p.valkey.Credentials.SyncReplicationAuth(actx, plan.replication); err != nil {
 			return fail("SyncReplicationAuth", err)
 		}
 		p.log.Info("replication login set", "nodes", nodeNames(plan.replication))
@@ -369,9 +369,19 @@ func readAuth(ctx context.Context, p *pass) ([]model.AuthState, error) {
 			unread = append(unread, model.AuthState{Node: n, Err: model.ErrUnreachable})
 		}
 	}
-	held, err := p.valkey.ReadAuth(ctx, reached)
+	held, err := p.valkey.Reads.ReadAuth(ctx, reached)
 	if err != nil {
 		return nil, err
 	}
 	return append(held, unread...), nil
+}
+
+// CredentialWrites is the port of the credentials concern: the servers' users and
+// replication login changed live.
+type CredentialWrites interface {
+	// ApplyACL makes the nodes' users exactly spec's, live, and verifies them.
+	ApplyACL(ctx context.Context, nodes []model.Node, spec model.ACLSpec) error
+	// SyncReplicationAuth sets the nodes' replication login to the one the client logs in
+	// with, and verifies it.
+	SyncReplicationAuth(ctx context.Context, nodes []model.Node) error
 }

@@ -291,7 +291,7 @@ func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
 // (a node that cannot be read is not retried early: every pass looks at it again).
 func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m model.Node, want *x509.Certificate, now time.Time) (current, examined bool) {
 	untrustedKey := ReasonCertUntrusted + "/" + m.Name
-	served, err := p.valkey.ServedCertificate(ctx, m)
+	served, err := p.valkey.Reads.ServedCertificate(ctx, m)
 	if err != nil {
 		if errors.Is(err, model.ErrUntrustedCertificate) {
 			// The operator cannot talk to the node at all: its command connections verify the
@@ -309,14 +309,14 @@ func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m
 		return ro.current(m.Name), true
 	}
 	failedKey := ReasonCertReloadFailed + "/" + m.Name
-	if err := p.valkey.ReloadTLS(ctx, m); err != nil {
+	if err := p.valkey.Certificates.ReloadTLS(ctx, m); err != nil {
 		p.noteServed(served.NotAfter, now)
 		ro.failed(m.Name, now)
 		r.warnAs(p, failedKey, ReasonCertReloadFailed, "ReloadTLS", fmt.Sprintf("reloading the TLS files of node %s failed: %v", m.Name, err))
 		return false, true
 	}
 	r.clearWarning(p, failedKey)
-	after, err := p.valkey.ServedCertificate(ctx, m)
+	after, err := p.valkey.Reads.ServedCertificate(ctx, m)
 	nowServes := err == nil && bytes.Equal(after.Raw, want.Raw)
 	if err == nil {
 		p.noteServed(after.NotAfter, now)
@@ -367,4 +367,10 @@ func (r *Reconciler) rotated(ctx context.Context, p *pass, ro *certRollout, want
 	} else {
 		r.event(p, nil, ReasonCertRotated, "ReloadTLS", "%s", msg)
 	}
+}
+
+// CertificateReload is the port of the certificates concern.
+type CertificateReload interface {
+	// ReloadTLS makes node re-read its certificate, key and CA files, without a restart.
+	ReloadTLS(ctx context.Context, node model.Node) error
 }

