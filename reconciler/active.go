@@ -74,7 +74,7 @@ func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 	if out := r.connect(ctx, p); out != nil {
 		return out
 	}
-	return r.observe(ctx, p)
+	return r.observe(ctx, p, r.needs(p))
 }
 
 // planActive plans the next action from what observeActive saw and performs it. The live
@@ -117,8 +117,8 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		} else if pn.Lifecycle == plan.Joining {
 			pn.Pod = plan.PodStarting // created this pass or the last; ensureActivePods makes it
 		}
-		if p.snapshot != nil {
-			pn.State = p.snapshot.ByName(n.Name())
+		if snap := p.snapshot(); snap != nil {
+			pn.State = snap.ByName(n.Name())
 		}
 		o.Nodes = append(o.Nodes, pn)
 	}
@@ -137,13 +137,13 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 	}
 	switch a.Kind {
 	case plan.None:
-		r.clearWarning(p, ReasonTopologyStall)
-		r.clearWarning(p, ReasonTopologyFail)
-		r.clearWarning(p, ReasonStranger) // a stranger met again is reported again
+		p.settle(ReasonTopologyStall)
+		p.settle(ReasonTopologyFail)
+		p.settle(ReasonStranger) // a stranger met again is reported again
 		return done(ctrl.Result{RequeueAfter: r.opts.ActivePeriod}, nil)
 	case plan.Wait:
 		if a.Warning {
-			r.warn(p, ReasonTopologyStall, "Wait", a.Reason)
+			p.raise(ReasonTopologyStall, "Wait", a.Reason)
 			return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 		}
 		p.log.V(1).Info("waiting", "reason", a.Reason)
@@ -181,11 +181,11 @@ func (r *Reconciler) report(p *pass, a plan.Action, err error) {
 		r.opts.Metrics.ActionDone(p.key, string(a.Kind), err)
 	}
 	if err != nil {
-		r.warn(p, ReasonTopologyFail, string(a.Kind), fmt.Sprintf("%s (%s) failed: %v", a.Kind, a.Reason, err))
+		p.raise(ReasonTopologyFail, string(a.Kind), fmt.Sprintf("%s (%s) failed: %v", a.Kind, a.Reason, err))
 		return
 	}
-	r.clearWarning(p, ReasonTopologyFail)
-	r.clearWarning(p, ReasonTopologyStall)
+	p.settle(ReasonTopologyFail)
+	p.settle(ReasonTopologyStall)
 	r.event(p, nil, ReasonTopology, string(a.Kind), "%s: %s", a.Kind, a.Reason)
 }
 
@@ -210,14 +210,14 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 	case plan.ForceFailover:
 		return p.valkey.Failovers.ForceFailover(ctx, p.members, a.Node)
 	case plan.DropSlots:
-		r.warn(p, ReasonSlotsLost, "DropSlots", a.Reason)
+		p.raise(ReasonSlotsLost, "DropSlots", a.Reason)
 		return p.valkey.Topology.Forget(ctx, p.members, a.IDs)
 	case plan.AssignSlots:
 		return p.valkey.Topology.AssignSlots(ctx, p.members, a.Node, a.Slots)
 	case plan.Forget:
 		return p.valkey.Topology.Forget(ctx, p.members, a.IDs)
 	case plan.ForgetStrangers:
-		r.warn(p, ReasonStranger, "ForgetStrangers", a.Reason)
+		p.raise(ReasonStranger, "ForgetStrangers", a.Reason)
 		var tell []model.Node // a replica cannot forget its own primary: it is replaced
 		for _, m := range p.members {
 			if !slices.Contains(a.Nodes, m.Name) {
@@ -253,7 +253,7 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		if a.DataLost > 0 {
 			// Said once: the next pass finds these nodes Leaving, and the replacements
 			// hold no data to lose.
-			r.warn(p, ReasonSlotsLost, "DataLost", fmt.Sprintf("every copy of the cluster's data was lost at %s (all %d nodes gone); the cluster is formed again, empty",
+			p.raise(ReasonSlotsLost, "DataLost", fmt.Sprintf("every copy of the cluster's data was lost at %s (all %d nodes gone); the cluster is formed again, empty",
 				r.opts.Now().UTC().Format(time.RFC3339), a.DataLost))
 		}
 		return nil

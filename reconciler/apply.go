@@ -108,10 +108,10 @@ func (r *Reconciler) applied(p *pass, kind string, err error) *outcome {
 	key := ReasonObjectConflict + "/" + kind
 	switch {
 	case err == nil:
-		r.clearWarning(p, key)
+		p.settle(key)
 		return nil
 	case errors.As(err, &conflict):
-		r.warnAs(p, key, ReasonObjectConflict, "Apply"+kind, conflict.Error())
+		p.raiseAs(key, ReasonObjectConflict, "Apply"+kind, conflict.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 	default:
 		return done(ctrl.Result{}, err)

@@ -91,12 +91,12 @@ func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
 	}
 	switch {
 	case action != "":
-		r.warn(p, ReasonConfigUnresolved, action, "cannot resolve configRef "+strconv.Quote(p.cluster.ConfigRef())+": "+err.Error())
+		p.raise(ReasonConfigUnresolved, action, "cannot resolve configRef "+strconv.Quote(p.cluster.ConfigRef())+": "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 	case err != nil:
 		return done(ctrl.Result{}, err)
 	}
-	r.clearWarning(p, ReasonConfigUnresolved)
+	p.settle(ReasonConfigUnresolved)
 	p.resolved = res
 	return nil
 }
@@ -304,9 +304,9 @@ func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
 	}
 	if len(unschedulable) > 0 {
 		sort.Strings(unschedulable)
-		r.warn(p, ReasonPodsUnschedulable, "SchedulePods", "pods cannot be scheduled, the cluster stays Creating until they fit: "+strings.Join(unschedulable, "; "))
+		p.raise(ReasonPodsUnschedulable, "SchedulePods", "pods cannot be scheduled, the cluster stays Creating until they fit: "+strings.Join(unschedulable, "; "))
 	} else {
-		r.clearWarning(p, ReasonPodsUnschedulable)
+		p.settle(ReasonPodsUnschedulable)
 	}
 	if !ready {
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
@@ -340,19 +340,19 @@ func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
 	t := p.target()
 	if at := p.certExpiredAt(r.opts.Now()); !at.IsZero() {
 		// The servers would never meet: bootstrap waits for a renewed certificate.
-		r.warn(p, ReasonBootstrapFailed, "Bootstrap", "bootstrap waits: "+expiryNote(p.cluster.TLSSecretRef(), at))
+		p.raise(ReasonBootstrapFailed, "Bootstrap", "bootstrap waits: "+expiryNote(p.cluster.TLSSecretRef(), at))
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 	}
 	if err := p.valkey.Topology.Bootstrap(ctx, p.members, t.Shards); err != nil {
-		r.warn(p, ReasonBootstrapFailed, "Bootstrap", "bootstrap failed: "+err.Error())
+		p.raise(ReasonBootstrapFailed, "Bootstrap", "bootstrap failed: "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
-	r.clearWarning(p, ReasonBootstrapFailed)
+	p.settle(ReasonBootstrapFailed)
 	r.noteOnce(p, ReasonBootstrap, "Bootstrap", "Bootstrapped "+strconv.Itoa(t.Shards)+" shards x "+strconv.Itoa(t.ReplicasPerShard)+" replicas over "+strconv.Itoa(len(p.members))+" nodes")
-	if out := r.observe(ctx, p); out != nil {
+	if out := r.observe(ctx, p, reading{}); out != nil {
 		return out
 	}
-	if problems := model.Health(p.snapshot, t.Shards, t.ReplicasPerShard); len(problems) > 0 {
+	if problems := model.Health(p.snapshot(), t.Shards, t.ReplicasPerShard); len(problems) > 0 {
 		p.log.Info("cluster not healthy yet", "problems", strings.Join(problems, "; "))
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
@@ -375,7 +375,7 @@ func (r *Reconciler) activate(ctx context.Context, p *pass) *outcome {
 	if err := r.setStatus(ctx, p, views.Status{State: views.StateActive}); err != nil {
 		return done(ctrl.Result{}, err)
 	}
-	r.clearWarning(p, ReasonBootstrap)
+	p.settle(ReasonBootstrap)
 	// The Active phase takes over from the next pass.
 	return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 }

@@ -6,7 +6,7 @@ import (
 )
 
 // Event reasons, every one the reconciler records (stable, for `kubectl get events` filters
-// and alerts). A Warning reason stands until its condition clears (warn, clearWarning); a
+// and alerts). A Warning reason stands until its condition clears (raise, settle, reportProblems); a
 // Normal one records something that happened.
 const (
 	// Warnings of the cluster as a whole.
@@ -75,20 +75,48 @@ func (r *Reconciler) firstTime(p *pass, reason, msg string) bool {
 	return !repeat
 }
 
-// warn records a Warning Event once per distinct (reason, message) until cleared.
-func (r *Reconciler) warn(p *pass, reason, action, msg string) {
-	r.warnAs(p, reason, reason, action, msg)
+// problem is one decision a step made about a Warning: raised with its message, or settled
+// (its condition is gone, so a recurrence is reported again). Steps record problems as data
+// on the pass; reportProblems, run once as the pass ends, is the one place Warnings are sent
+// and forgotten. Only a step that decided about a reason this pass settles it: a pass that
+// ended before a step ran leaves that step's Warnings standing.
+type problem struct {
+	key, reason, action, msg string
+	settled                  bool
 }
 
-// warnAs is warn remembered under key, for a reason that several objects can each raise.
-func (r *Reconciler) warnAs(p *pass, key, reason, action, msg string) {
-	if !r.firstTime(p, key, msg) {
-		return
+// raise records a Warning; it is sent once per distinct (reason, message) until settled.
+func (p *pass) raise(reason, action, msg string) { p.raiseAs(reason, reason, action, msg) }
+
+// raiseAs is raise remembered under key, for a reason that several objects can each raise.
+func (p *pass) raiseAs(key, reason, action, msg string) {
+	p.problems = append(p.problems, problem{key: key, reason: reason, action: action, msg: msg})
+}
+
+// settle records that the Warnings under keys no longer stand.
+func (p *pass) settle(keys ...string) {
+	for _, k := range keys {
+		p.problems = append(p.problems, problem{key: k, settled: true})
 	}
-	p.log.Info("warning", "reason", reason, "message", msg)
-	if r.opts.Recorder != nil {
-		r.opts.Recorder.Eventf(p.obj, nil, corev1.EventTypeWarning, reason, action, "%s", msg)
+}
+
+// reportProblems sends and forgets Warnings as the pass's steps decided, in the order they
+// decided.
+func (r *Reconciler) reportProblems(p *pass) {
+	for _, pr := range p.problems {
+		if pr.settled {
+			r.memory.peek(p.key, func(c *clusterMemory) { delete(c.warned, pr.key) })
+			continue
+		}
+		if !r.firstTime(p, pr.key, pr.msg) {
+			continue
+		}
+		p.log.Info("warning", "reason", pr.reason, "message", pr.msg)
+		if r.opts.Recorder != nil {
+			r.opts.Recorder.Eventf(p.obj, nil, corev1.EventTypeWarning, pr.reason, pr.action, "%s", pr.msg)
+		}
 	}
+	p.problems = nil
 }
 
 // noteOnce records a Normal Event once until cleared.
@@ -96,9 +124,4 @@ func (r *Reconciler) noteOnce(p *pass, reason, action, msg string) {
 	if r.firstTime(p, reason, msg) {
 		r.event(p, nil, reason, action, "%s", msg)
 	}
-}
-
-// clearWarning forgets a warning so that a recurrence is reported again.
-func (r *Reconciler) clearWarning(p *pass, reason string) {
-	r.memory.peek(p.key, func(c *clusterMemory) { delete(c.warned, reason) })
 }

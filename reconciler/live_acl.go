@@ -219,28 +219,19 @@ func sortedSet(s []string) []string {
 	return slices.Compact(slices.Sorted(slices.Values(s)))
 }
 
-// syncCredentials reads every member's credentials and brings them to what the cluster
-// wants (see the top of this file). A failure is a Warning Event and is retried next pass;
+// syncCredentials brings every member's credentials, as this pass's observation read them,
+// to what the cluster wants (see the top of this file). A failure is a Warning Event and is retried next pass;
 // it never stops the topology work that follows.
 func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
-	if p.valkey == nil || len(p.members) == 0 || p.acl.OperatorPassword == "" {
-		return nil
+	if p.seen == nil || !p.seen.credentialsRead {
+		return nil // not read this pass: see observeActive
 	}
-	inputs := credentialInputs(p)
-	if r.memory.credentialsFresh(p.key, inputs, r.opts.Now()) {
-		return nil // read and found converged on these inputs a moment ago (credcheck.go)
-	}
-	actx, cancel := context.WithTimeout(ctx, observeTimeout)
-	defer cancel()
-	rctx, end := r.beginReads(actx, p)
-	held, err := readAuth(rctx, p)
-	end()
-	if interrupted(rctx) {
-		return r.cutShort(p)
-	}
-	if err != nil {
+	if p.seen.authErr != nil {
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
+	inputs, held := credentialInputs(p), p.seen.auth
+	actx, cancel := context.WithTimeout(ctx, observeTimeout)
+	defer cancel()
 	for _, st := range held {
 		if st.Err == nil {
 			r.memory.loggedIn(p.key, p.operatorPassword) // it works: remembered should the record go
@@ -257,7 +248,7 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 	}
 
 	fail := func(action string, err error) *outcome {
-		r.warn(p, ReasonACLApplyFailed, action, fmt.Sprintf("%s failed: %v", action, err))
+		p.raise(ReasonACLApplyFailed, action, fmt.Sprintf("%s failed: %v", action, err))
 		return nil
 	}
 	for _, f := range plan.fixes {
@@ -273,7 +264,7 @@ func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
 		}
 		p.log.Info("replication login set", "nodes", nodeNames(plan.replication))
 	}
-	r.clearWarning(p, ReasonACLApplyFailed)
+	p.settle(ReasonACLApplyFailed)
 	if plan.retired && len(plan.fixes) > 0 {
 		r.event(p, nil, ReasonCredentialRotated, "RetireOperatorPassword", "No node accepts the previous operator and replication passwords any more")
 	}
@@ -346,34 +337,6 @@ func (m *memory) login(key types.NamespacedName) (pw string) {
 // loggedIn remembers pw as the password the cluster's servers accept.
 func (m *memory) loggedIn(key types.NamespacedName, pw string) {
 	m.with(key, func(c *clusterMemory) { c.login = pw })
-}
-
-// readAuth reads the users and replication login of every member this pass's observation
-// reached. A member it did not reach is reported as unread without being dialled again: when
-// a zone goes dark, its servers' connections hang until a deadline, and a second wait on
-// them here would hold the pass that fails their slots over.
-func readAuth(ctx context.Context, p *pass) ([]model.AuthState, error) {
-	var reached []model.Node
-	var unread []model.AuthState
-	for _, n := range p.members {
-		var st *model.NodeState
-		if p.snapshot != nil {
-			st = p.snapshot.ByName(n.Name)
-		}
-		switch {
-		case p.snapshot == nil || st != nil && st.Reachable:
-			reached = append(reached, n)
-		case st != nil && st.Err != nil:
-			unread = append(unread, model.AuthState{Node: n, Err: st.Err})
-		default:
-			unread = append(unread, model.AuthState{Node: n, Err: model.ErrUnreachable})
-		}
-	}
-	held, err := p.valkey.Reads.ReadAuth(ctx, reached)
-	if err != nil {
-		return nil, err
-	}
-	return append(held, unread...), nil
 }
 
 // CredentialWrites is the port of the credentials concern: the servers' users and

@@ -228,7 +228,7 @@ func (r *Reconciler) rollout(key types.NamespacedName) (rollout *certRollout) {
 // ready node (see the top of this file). It never ends the pass: the planner's action runs
 // after it, and a node still waiting for its volume asks for an early pass instead.
 func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
-	if p.tlsData == nil || p.valkey == nil {
+	if p.tlsData == nil || p.seen == nil || p.seen.certs == nil {
 		return nil
 	}
 	want, err := leafOf(p.tlsData[tlscheck.KeyCert])
@@ -262,12 +262,12 @@ func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
 		}
 		if mounted := n.Spec().TLSSecretRef; mounted != secret {
 			// Its pod mounts the Secret its spec was fixed with: a reload reads that one.
-			r.warnAs(p, ReasonCertNotMounted+"/"+m.Name, ReasonCertNotMounted, "ReloadTLS", fmt.Sprintf(
+			p.raiseAs(ReasonCertNotMounted+"/"+m.Name, ReasonCertNotMounted, "ReloadTLS", fmt.Sprintf(
 				"node %s mounts TLS Secret %q, not %q: its certificate changes only when the node is replaced", m.Name, mounted, secret))
 			complete = false
 			continue
 		}
-		r.clearWarning(p, ReasonCertNotMounted+"/"+m.Name)
+		p.settle(ReasonCertNotMounted + "/" + m.Name)
 		current, ok := r.rotateNode(ctx, p, ro, m, want, now)
 		if ok {
 			examined = append(examined, m.Name)
@@ -291,18 +291,22 @@ func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
 // (a node that cannot be read is not retried early: every pass looks at it again).
 func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m model.Node, want *x509.Certificate, now time.Time) (current, examined bool) {
 	untrustedKey := ReasonCertUntrusted + "/" + m.Name
-	served, err := p.valkey.Reads.ServedCertificate(ctx, m)
+	read, ok := p.seen.certs[m.Name]
+	if !ok {
+		return false, false // a member the observation did not read: cannot happen
+	}
+	served, err := read.cert, read.err
 	if err != nil {
 		if errors.Is(err, model.ErrUntrustedCertificate) {
 			// The operator cannot talk to the node at all: its command connections verify the
 			// same way. Typically a CA replaced in one step instead of through a bundle.
-			r.warnAs(p, untrustedKey, ReasonCertUntrusted, "ReloadTLS", fmt.Sprintf(
+			p.raiseAs(untrustedKey, ReasonCertUntrusted, "ReloadTLS", fmt.Sprintf(
 				"node %s serves a certificate that ca.crt of TLS Secret %q does not trust (%v); during a CA change keep the old CA in ca.crt until every node serves the new certificate",
 				m.Name, p.cluster.TLSSecretRef(), err))
 		}
 		return false, false
 	}
-	r.clearWarning(p, untrustedKey)
+	p.settle(untrustedKey)
 	serves := bytes.Equal(served.Raw, want.Raw)
 	if !ro.due(m.Name, serves, now) {
 		p.noteServed(served.NotAfter, now)
@@ -312,11 +316,11 @@ func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m
 	if err := p.valkey.Certificates.ReloadTLS(ctx, m); err != nil {
 		p.noteServed(served.NotAfter, now)
 		ro.failed(m.Name, now)
-		r.warnAs(p, failedKey, ReasonCertReloadFailed, "ReloadTLS", fmt.Sprintf("reloading the TLS files of node %s failed: %v", m.Name, err))
+		p.raiseAs(failedKey, ReasonCertReloadFailed, "ReloadTLS", fmt.Sprintf("reloading the TLS files of node %s failed: %v", m.Name, err))
 		return false, true
 	}
-	r.clearWarning(p, failedKey)
-	after, err := p.valkey.Reads.ServedCertificate(ctx, m)
+	p.settle(failedKey)
+	after, err := p.valkey.Reads.ServedCertificate(ctx, m) // the reload's own check, past the observation
 	nowServes := err == nil && bytes.Equal(after.Raw, want.Raw)
 	if err == nil {
 		p.noteServed(after.NotAfter, now)
@@ -327,14 +331,14 @@ func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m
 	stallKey := ReasonCertNotServed + "/" + m.Name
 	switch {
 	case ro.current(m.Name):
-		r.clearWarning(p, stallKey)
+		p.settle(stallKey)
 		p.log.Info("node reloaded its TLS files", "node", m.Name, "serial", want.SerialNumber.String())
 	case ro.stalled(m.Name, now) && !nowServes:
 		old := "?"
 		if after != nil {
 			old = after.SerialNumber.String()
 		}
-		r.warnAs(p, stallKey, ReasonCertNotServed, "ReloadTLS", fmt.Sprintf(
+		p.raiseAs(stallKey, ReasonCertNotServed, "ReloadTLS", fmt.Sprintf(
 			"node %s still serves certificate serial %s, not serial %s of TLS Secret %q, more than %s after the Secret changed: its pod's copy of the Secret has not been refreshed",
 			m.Name, old, want.SerialNumber.String(), p.cluster.TLSSecretRef(), tlsRefreshWindow))
 	default:

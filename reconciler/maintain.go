@@ -58,7 +58,7 @@ func (r *Reconciler) ensureAuthSecret(ctx context.Context, p *pass) *outcome {
 				}
 				pw[k] = v
 				if exists {
-					r.warn(p, ReasonSecretUnavailable, "EnsureAuthSecret", "auth Secret "+name+" lacked key "+k+"; generated a new value")
+					p.raise(ReasonSecretUnavailable, "EnsureAuthSecret", "auth Secret "+name+" lacked key "+k+"; generated a new value")
 				}
 			}
 			var recorded bool
@@ -73,7 +73,7 @@ func (r *Reconciler) ensureAuthSecret(ctx context.Context, p *pass) *outcome {
 				login = pw[render.AuthOperatorPasswordKey]
 			}
 			if !exists && recorded {
-				r.warn(p, ReasonSecretUnavailable, "EnsureAuthSecret", "auth Secret "+name+" was missing; generated new passwords and rotating every node onto them")
+				p.raise(ReasonSecretUnavailable, "EnsureAuthSecret", "auth Secret "+name+" was missing; generated new passwords and rotating every node onto them")
 			}
 			return render.AuthSecret(p.key.Name, p.key.Namespace, pw[render.AuthPasswordKey], pw[render.AuthOperatorPasswordKey], login).
 				WithOwnerReferences(p.clusterOwner()), nil
@@ -113,9 +113,9 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 		return done(ctrl.Result{}, lookupErr)
 	}
 	if len(missing) > 0 {
-		r.warn(p, ReasonRoleMissing, "RenderACL", "ValkeyRole not found, permissions granted by it are left out: "+strings.Join(missing, ", "))
+		p.raise(ReasonRoleMissing, "RenderACL", "ValkeyRole not found, permissions granted by it are left out: "+strings.Join(missing, ", "))
 	} else {
-		r.clearWarning(p, ReasonRoleMissing)
+		p.settle(ReasonRoleMissing)
 	}
 	// The CRD refuses what it can; what it cannot see (a ValkeyRole's rules combined with a
 	// user's, a command the cluster's Valkey release does not know) is checked here. A spec
@@ -131,10 +131,10 @@ func (r *Reconciler) ensureACL(ctx context.Context, p *pass) *outcome {
 		err = model.CheckCommands(spec, versions)
 	}
 	if err != nil {
-		r.warn(p, ReasonACLRejected, "RenderACL", "spec.acl not applied, the nodes keep the last valid ACL: "+err.Error())
+		p.raise(ReasonACLRejected, "RenderACL", "spec.acl not applied, the nodes keep the last valid ACL: "+err.Error())
 		return nil
 	}
-	r.clearWarning(p, ReasonACLRejected)
+	p.settle(ReasonACLRejected)
 	p.acl = spec
 	err = apply(ctx, r, p, owned[*corev1.ConfigMap, *corev1ac.ConfigMapApplyConfiguration]{
 		kind: "ConfigMap", name: render.ACLConfigMapName(p.key.Name), live: &corev1.ConfigMap{},

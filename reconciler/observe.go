@@ -21,24 +21,58 @@ type Reads interface {
 	ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error)
 }
 
-// observe snapshots the members (read-only, bounded by observeTimeout) into p.snapshot and
-// records each reachable server's ID, role and pod IP on its ValkeyNode, writing only what
-// changed.
-func (r *Reconciler) observe(ctx context.Context, p *pass) *outcome {
+// observation is what one pass read of the servers: one read under one deadline
+// (observeTimeout), interrupted as a whole when a server exits (interrupt.go). Every planner
+// of the pass (topology, credentials, certificates) plans from it; none reads the servers
+// again before it acts. It is not changed once read.
+type observation struct {
+	// snapshot is every member's own view: topology, replication, health.
+	snapshot *model.Snapshot
+	// auth is each member's users and replication login. credentialsRead is false when they
+	// were not read this pass: they were found converged on the same inputs a moment ago
+	// (credcheck.go), or the cluster has no ACL yet. authErr is a failure of the read as a
+	// whole (a node that cannot be read is reported in its own state instead).
+	auth            []model.AuthState
+	authErr         error
+	credentialsRead bool
+	// certs is the certificate each member serves, by name; nil without TLS.
+	certs map[string]servedCertificate
+}
+
+// servedCertificate is the certificate a node presented, or why none could be read.
+type servedCertificate struct {
+	cert *x509.Certificate
+	err  error
+}
+
+// observe reads the members (read-only, bounded by observeTimeout) into p.seen and records
+// each reachable server's ID, role and pod IP on its ValkeyNode, writing only what changed.
+func (r *Reconciler) observe(ctx context.Context, p *pass, want reading) *outcome {
 	rctx, end := r.beginReads(ctx, p)
 	defer end()
 	octx, cancel := context.WithTimeout(rctx, observeTimeout)
 	defer cancel()
+	seen := &observation{}
 	snap, err := p.valkey.Reads.Observe(octx, p.members)
+	if err == nil {
+		seen.snapshot = snap
+		if want.credentials {
+			seen.credentialsRead = true
+			seen.auth, seen.authErr = readAuth(octx, p.valkey.Reads, p.members, snap)
+		}
+		if want.certificates {
+			seen.certs = readCertificates(octx, p.valkey.Reads, p.members)
+		}
+	}
 	if interrupted(rctx) {
 		return r.cutShort(p)
 	}
 	if err != nil {
-		r.warn(p, ReasonObserveFailed, "Observe", "observing the cluster failed: "+err.Error())
+		p.raise(ReasonObserveFailed, "Observe", "observing the cluster failed: "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
-	r.clearWarning(p, ReasonObserveFailed)
-	p.snapshot = snap
+	p.settle(ReasonObserveFailed)
+	p.seen = seen
 	for _, n := range p.nodes {
 		s, pod := snap.ByName(n.Name()), p.pods[n.Name()]
 		if s == nil || !s.Reachable || s.ID == "" || pod == nil {
@@ -51,6 +85,55 @@ func (r *Reconciler) observe(ctx context.Context, p *pass) *outcome {
 		}
 	}
 	return nil
+}
+
+// snapshot is the servers' own views as this pass observed them; nil before observe.
+func (p *pass) snapshot() *model.Snapshot {
+	if p.seen == nil {
+		return nil
+	}
+	return p.seen.snapshot
+}
+
+// readAuth reads the users and replication login of every member the snapshot reached. A
+// member it did not reach is reported as unread without being dialled again: when a zone
+// goes dark, its servers' connections hang until a deadline, and a second wait on them here
+// would hold the pass that fails their slots over.
+func readAuth(ctx context.Context, reads Reads, members []model.Node, snap *model.Snapshot) ([]model.AuthState, error) {
+	var reached []model.Node
+	var unread []model.AuthState
+	for _, n := range members {
+		st := snap.ByName(n.Name)
+		switch {
+		case st != nil && st.Reachable:
+			reached = append(reached, n)
+		case st != nil && st.Err != nil:
+			unread = append(unread, model.AuthState{Node: n, Err: st.Err})
+		default:
+			unread = append(unread, model.AuthState{Node: n, Err: model.ErrUnreachable})
+		}
+	}
+	held, err := reads.ReadAuth(ctx, reached)
+	if err != nil {
+		return nil, err
+	}
+	return append(held, unread...), nil
+}
+
+// readCertificates reads the certificate every member serves, all at once. Every member is
+// read, whether the snapshot reached it or not: one that refuses the operator's client
+// certificate (a CA replaced in one step) still shows its own.
+func readCertificates(ctx context.Context, reads Reads, members []model.Node) map[string]servedCertificate {
+	got := make([]servedCertificate, len(members))
+	_ = inParallel(len(members), func(i int) error {
+		got[i].cert, got[i].err = reads.ServedCertificate(ctx, members[i])
+		return nil
+	})
+	out := make(map[string]servedCertificate, len(members))
+	for i, m := range members {
+		out[m.Name] = got[i]
+	}
+	return out
 }
 
 // cutShort ends a pass whose reads a server's exit interrupted (interrupt.go): the next pass

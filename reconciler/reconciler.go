@@ -85,9 +85,9 @@ func (p *pass) report() ClusterReport {
 		}
 		rep.ReadyNodes = len(p.members)
 	}
-	if p.snapshot != nil {
+	if snap := p.snapshot(); snap != nil {
 		rep.SlotsAssigned = 0
-		for _, st := range p.snapshot.Nodes {
+		for _, st := range snap.Nodes {
 			if st.Reachable {
 				rep.SlotsAssigned = max(rep.SlotsAssigned, st.SlotsAssigned)
 			}
@@ -185,7 +185,7 @@ type pass struct {
 	resolved resolve.Resolved       // configRef resolved to settings and image
 	members  []model.Node           // the nodes whose pods are ready, as valkeyops sees them
 	valkey   *Servers               // the cluster's servers, once connected
-	snapshot *model.Snapshot        // the servers' own views (Active phase)
+	seen     *observation           // what this pass read of the servers (observe.go)
 	// nodesLoaded: load-members ran (nodes and members are this pass's).
 	nodesLoaded bool
 	// maintenance: the Kubernetes nodes running the pass's pods, true for those in
@@ -197,6 +197,9 @@ type pass struct {
 	// serves after this pass's rotation step (zero if none): a Secret already renewed whose
 	// new files a node has not loaded yet (tlsexpiry.go).
 	servedExpired time.Time
+
+	// problems are the Warnings the steps raised and settled, in order (events.go).
+	problems []problem
 
 	// requeue, when set, is how soon a step wants the next pass without ending this one
 	// (requeueWithin): it waits on something outside the API, such as a kubelet refreshing a
@@ -238,12 +241,13 @@ type step struct {
 // steps is the ordered reconcile. Maintenance steps run in every state (docs/status.md: the
 // Service, auth Secret and ACL ConfigMap are maintained even while Invalid); the state gate
 // then settles the state (ending the pass for Invalid) and the remaining steps run only in the
-// state they belong to.
+// state they belong to. An Active pass ends with one observation of the servers and the
+// concerns that plan from it (concerns.go).
 func (r *Reconciler) steps() []step {
 	creating := []string{views.StateCreating}
 	active := []string{views.StateActive}
 	both := []string{views.StateCreating, views.StateActive}
-	return []step{
+	steps := []step{
 		{"validate-tls", nil, r.validateTLS},
 		{"ensure-service", nil, r.ensureService},
 		{"ensure-auth-secret", nil, r.ensureAuthSecret},
@@ -264,10 +268,11 @@ func (r *Reconciler) steps() []step {
 		{"ensure-joining-pods", active, r.ensureActivePods},
 		{"pod-annotations", active, r.ensurePodAnnotations},
 		{"observe", active, r.observeActive},
-		{"sync-credentials", active, r.syncCredentials},
-		{"rotate-certificates", active, r.rotateCertificates},
-		{"plan-and-act", active, r.planActive},
 	}
+	for _, c := range r.concerns() {
+		steps = append(steps, step{c.name, active, c.act})
+	}
+	return steps
 }
 
 // Reconcile runs the steps for one ValkeyCluster.
@@ -293,6 +298,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.
 	if r.opts.Metrics != nil {
 		defer func() { r.opts.Metrics.ClusterSeen(req.NamespacedName, p.report()) }()
 	}
+	defer r.reportProblems(p)
 	p.cluster = views.Cluster{U: p.obj}
 	p.state = p.cluster.EffectiveState()
 	for _, s := range r.steps() {

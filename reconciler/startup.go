@@ -23,13 +23,13 @@ func (r *Reconciler) reportRejectedSettings(_ context.Context, p *pass) *outcome
 			continue
 		}
 		if rej, ok := rejectedSetting(pod); ok {
-			r.warn(p, ReasonConfigRejected, "StartServer", fmt.Sprintf(
+			p.raise(ReasonConfigRejected, "StartServer", fmt.Sprintf(
 				"Valkey refused setting %q (from configRef %q) at start-up: %s (read as: %s); its servers exit until the ValkeyConfig is fixed",
 				rej.Directive, p.cluster.ConfigRef(), rej.Reason, rej.Line))
 			return nil
 		}
 	}
-	r.clearWarning(p, ReasonConfigRejected)
+	p.settle(ReasonConfigRejected)
 	return nil
 }
 

@@ -44,9 +44,9 @@ func (r *Reconciler) validateTLS(ctx context.Context, p *pass) *outcome {
 		p.certNotAfter = res.Leaf.NotAfter
 	}
 	if res.Expired {
-		r.warn(p, ReasonCertExpired, "ValidateTLS", tlscheck.ExpiryWarning(name, res))
+		p.raise(ReasonCertExpired, "ValidateTLS", tlscheck.ExpiryWarning(name, res))
 	} else {
-		r.clearWarning(p, ReasonCertExpired)
+		p.settle(ReasonCertExpired)
 		// Looked at again when it expires, not up to an Active period later. Only a near
 		// expiry is scheduled: a far NotAfter (RFC 5280's 9999-12-31) saturates Sub, and one
 		// second more would overflow into a negative requeue.
@@ -64,14 +64,14 @@ func (r *Reconciler) validateTLS(ctx context.Context, p *pass) *outcome {
 func (r *Reconciler) stateGate(ctx context.Context, p *pass) *outcome {
 	have := p.cluster.Status()
 	if p.tlsInvalid != "" {
-		r.warn(p, ReasonInvalidTLS, "ValidateTLS"+p.tlsKind, p.tlsInvalid)
+		p.raise(ReasonInvalidTLS, "ValidateTLS"+p.tlsKind, p.tlsInvalid)
 		want := views.Status{State: views.StateInvalid, Message: p.tlsInvalid, Target: have.Target}
 		if err := r.setStatus(ctx, p, want); err != nil {
 			return done(ctrl.Result{}, err)
 		}
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 	}
-	r.clearWarning(p, ReasonInvalidTLS)
+	p.settle(ReasonInvalidTLS)
 
 	switch p.state { // the effective state: Updating reads as Active
 	case views.StateInvalid, views.StateCreating:

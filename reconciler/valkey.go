@@ -90,10 +90,10 @@ func (r *Reconciler) connect(ctx context.Context, p *pass) *outcome {
 	}
 	c, err := r.opts.Valkey.Connect(ctx, p.key, p.credentials())
 	if err != nil {
-		r.warn(p, ReasonConnectFailed, "Connect", "connecting to the Valkey servers failed: "+err.Error())
+		p.raise(ReasonConnectFailed, "Connect", "connecting to the Valkey servers failed: "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
-	r.clearWarning(p, ReasonConnectFailed)
+	p.settle(ReasonConnectFailed)
 	p.valkey = c
 	return nil
 }

@@ -1,0 +1,59 @@
+package reconciler
+
+import "context"
+
+// concern is one part of the Active phase's work on the servers: it plans from the pass's one
+// observation (observe.go) and acts through its own port. needs says what the observation must
+// read for it this pass (nil: the snapshot alone).
+type concern struct {
+	name  string
+	needs func(r *Reconciler, p *pass) reading
+	// act plans and performs the concern's next action(s). An outcome ends the pass: the
+	// concerns after it wait for the next pass, which plans from a fresh observation.
+	act func(ctx context.Context, p *pass) *outcome
+}
+
+// concerns is the registry of the Active phase, in order of precedence. Credentials come
+// first: a password rotation's switch of the operator's own login ends the pass, so nothing
+// else acts with the login it replaces. Certificates come next and never end a pass (a node
+// waiting for its volume asks for an early one). Topology comes last and performs at most one
+// action per pass. A new concern (persistence, backup) declares its port beside its code,
+// adds what it reads to reading, and one line here.
+func (r *Reconciler) concerns() []concern {
+	return []concern{
+		{"sync-credentials", credentialsNeed, r.syncCredentials},
+		{"rotate-certificates", certificatesNeed, r.rotateCertificates},
+		{"plan-and-act", nil, r.planActive},
+	}
+}
+
+// reading says which parts an observation reads beside the snapshot.
+type reading struct {
+	credentials, certificates bool
+}
+
+// needs is what this pass's observation reads for every registered concern.
+func (r *Reconciler) needs(p *pass) reading {
+	var all reading
+	for _, c := range r.concerns() {
+		if c.needs == nil {
+			continue
+		}
+		n := c.needs(r, p)
+		all.credentials = all.credentials || n.credentials
+		all.certificates = all.certificates || n.certificates
+	}
+	return all
+}
+
+// credentialsNeed: the servers' users are read unless they were found converged on the same
+// inputs a moment ago (credcheck.go), or the cluster has no ACL yet.
+func credentialsNeed(r *Reconciler, p *pass) reading {
+	return reading{credentials: p.acl.OperatorPassword != "" && !r.memory.credentialsFresh(p.key, credentialInputs(p), r.opts.Now())}
+}
+
+// certificatesNeed: with TLS, the certificate every member serves is read every pass (a
+// handshake, no command).
+func certificatesNeed(_ *Reconciler, p *pass) reading {
+	return reading{certificates: p.tlsData != nil}
+}
