@@ -173,14 +173,22 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 		return err
 	}
 
+	// A replacement replica that joined just before (the previous scenario's heal) reaches
+	// the victim's view by gossip: read it again until it shows.
 	replicaAddr := ""
-	for _, n := range view {
-		if n.PrimaryID == self.ID {
-			replicaAddr = n.Addr()
+	if err := poll.Until(ctx, 100*time.Millisecond, 30*time.Second, victim+" has a replica in its own view", func(ctx context.Context) (bool, string, error) {
+		view, err := clusterNodes(ctx, net.JoinHostPort(ips[victim], "6379"), password)
+		if err != nil {
+			return false, err.Error(), nil
 		}
-	}
-	if replicaAddr == "" {
-		return fmt.Errorf("%s has no replica in %s's view", victim, victim)
+		for _, n := range view {
+			if n.PrimaryID == self.ID {
+				replicaAddr = n.Addr()
+			}
+		}
+		return replicaAddr != "", fmt.Sprintf("%d nodes in its view, none a replica of it", len(view)), nil
+	}); err != nil {
+		return err
 	}
 	verb := map[string]string{"pod-deleted": "delete", "crash": "kill"}[kind]
 	t0 := time.Now()
