@@ -199,7 +199,7 @@ func run() error {
 		return fmt.Errorf("valkey-cli side, --cluster-pipeline %d: %w", valkeyops.DefaultMigrateBatch, err)
 	}
 	fmt.Printf("scaleout: ours=%.0f valkey-cli=%.0f valkey-cli-matched=%.0f ratio=%.2f ratio-matched=%.2f ours-from-patch=%.0f\n",
-		ours.fromJoined, cli, matched, ours.fromJoined/cli, ours.fromJoined/matched, ours.fromPatch)
+		ours.fromMoveStart, cli, matched, ours.fromMoveStart/cli, ours.fromMoveStart/matched, ours.fromPatch)
 	return nil
 }
 
