@@ -27,10 +27,9 @@
 //
 // scaleout: a 3x1 cluster filled with -keys keys (pipelined SETs, -value-bytes values), then
 // `kubectl patch` shards 3->4, until converged as above with 8 nodes and every primary within
-// 1% of 4096 slots. ours = keys on the new shard's primary (DBSIZE) / seconds from the new
-// shard joined (its primary and a replica of it members of the cluster, the replica's link
-// up with no sync in progress; or the first slot moved if that comes first) to converged;
-// ours-from-patch the same keys / seconds from the patch, which adds creating, scheduling,
+// 1% of 4096 slots. ours = keys on the new shard's primary (DBSIZE) / seconds from the start
+// of the operator's Rebalance action (its log line; planned once the join has returned on a
+// healthy cluster) to converged; ours-from-patch the same keys / seconds from the patch, which adds creating, scheduling,
 // starting and joining the new shard's pods.
 // valkey-cli gets the same situation without Kubernetes, twice (at its default
 // --cluster-pipeline of 10 keys per MIGRATE, and matched at valkeyops.DefaultMigrateBatch,
@@ -39,9 +38,10 @@
 // an empty fourth shard (primary + replica) joined, the same CPU/memory limits and
 // maxmemory settings as the operator's pods; then `valkey-cli --cluster rebalance
 // --cluster-use-empty-masters` timed until it exits and the servers report the even 4-shard
-// layout. valkey-cli's clock starts with its fourth shard joined and its replica synced, so
-// ours= (from joined) is the like-for-like figure; stderr logs when ours' shard joined and
-// its first slot moved.
+// layout. valkey-cli's clock starts with its fourth shard joined and every server passing
+// the health check (waitHealthy), as the operator's join leaves it before its Rebalance, so
+// ours= is the like-for-like figure; stderr logs when ours' shard joined, its Rebalance
+// began and its first slot moved.
 // Either side's primaries holding other than -keys keys after the fill or the move fails the
 // run.
 //
