@@ -16,15 +16,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// The fake servers' credentials. A server holds what a real pod starts with — the users of
-// the mounted ACL file ({cluster}-acl) and the replication login of the mounted
-// replication.conf ({cluster}-auth) as the API server has them when the fake first meets the
-// server — and then whatever ApplyACL and SyncReplicationAuth set. Like a real server it
-// refuses (WRONGPASS) a login whose password its operator user does not accept, and an ACL
-// that valkeyops would reject. scriptedClient embeds fakeClient, so its clusters get the
-// same servers. The files are read from the suite's API server: a cluster on another control
-// plane (TestActivePhase's own) cannot boot, so its servers read as unreadable and the live
-// credentials step leaves them alone.
+// The fake servers' credentials, the CredentialWrites port and the users half of Reads. A
+// server holds what a real pod starts with — the users of the mounted ACL file ({cluster}-acl)
+// and the replication login of the mounted replication.conf ({cluster}-auth) as the API server
+// has them when the fake first meets the server — and then whatever ApplyACL and
+// SyncReplicationAuth set. Like a real server it refuses (WRONGPASS) a login whose password its
+// operator user does not accept, and an ACL that valkeyops would reject. scriptedValkey's
+// clusters get the same servers, from its fallback fakeValkey. The files are read from the
+// suite's API server: a cluster on another control plane (TestActivePhase's own) cannot boot,
+// so its servers read as unreadable and the live credentials step leaves them alone.
 
 // fakeAuthServer is one server's credentials.
 type fakeAuthServer struct {
@@ -32,24 +32,33 @@ type fakeAuthServer struct {
 	masterUser, masterAuthHash string
 }
 
-// fakeAuth holds every fake server's credentials, by cluster and node name.
-type fakeAuth struct {
+// fakeCredentialState holds every fake server's credentials, by cluster and node name.
+type fakeCredentialState struct {
+	// wire counts the commands and has the credentials the client logs in with.
+	wire    *fakeWire
 	mu      sync.Mutex
 	servers map[types.NamespacedName]map[string]*fakeAuthServer
 	// refused counts logins a server refused, per cluster: the operator locking itself out.
 	refused map[types.NamespacedName]int
 }
 
-var fakeCreds = &fakeAuth{servers: map[types.NamespacedName]map[string]*fakeAuthServer{}, refused: map[types.NamespacedName]int{}}
+func newFakeCredentialState(w *fakeWire) *fakeCredentialState {
+	return &fakeCredentialState{wire: w, servers: map[types.NamespacedName]map[string]*fakeAuthServer{}, refused: map[types.NamespacedName]int{}}
+}
 
-func (a *fakeAuth) refusedCount(key types.NamespacedName) int {
+// cluster is the credentials port of one cluster's servers.
+func (a *fakeCredentialState) cluster(key types.NamespacedName) *fakeCredentials {
+	return &fakeCredentials{a: a, key: key}
+}
+
+func (a *fakeCredentialState) refusedCount(key types.NamespacedName) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.refused[key]
 }
 
 // held returns a copy of what the named server holds (nil if the fake never met it).
-func (a *fakeAuth) held(key types.NamespacedName, node string) *fakeAuthServer {
+func (a *fakeCredentialState) held(key types.NamespacedName, node string) *fakeAuthServer {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s := a.servers[key][node]
@@ -62,7 +71,7 @@ func (a *fakeAuth) held(key types.NamespacedName, node string) *fakeAuthServer {
 
 // server returns node's credentials, booting it from the mounted files on first sight.
 // a.mu must be held.
-func (a *fakeAuth) server(ctx context.Context, key types.NamespacedName, node string) (*fakeAuthServer, error) {
+func (a *fakeCredentialState) server(ctx context.Context, key types.NamespacedName, node string) (*fakeAuthServer, error) {
 	if s := a.servers[key][node]; s != nil {
 		return s, nil
 	}
@@ -92,10 +101,18 @@ func (a *fakeAuth) server(ctx context.Context, key types.NamespacedName, node st
 	return s, nil
 }
 
+// fakeCredentials is one cluster's servers as the CredentialWrites port (and ReadAuth) reach
+// them.
+type fakeCredentials struct {
+	a   *fakeCredentialState
+	key types.NamespacedName
+}
+
 // login checks the client's password against the server's operator user, as AUTH would.
-// Clients whose password the fake does not know (scriptedValkey's) are let in.
-func (c *fakeClient) login(s *fakeAuthServer) error {
-	pw := c.f.lastCredentials(c.key).Password
+// Clients whose password the fake does not know (scriptedValkey's) are let in. c.a.mu must
+// be held.
+func (c *fakeCredentials) login(s *fakeAuthServer) error {
+	pw := c.a.wire.lastCredentials(c.key).Password
 	if pw == "" {
 		return nil
 	}
@@ -104,20 +121,18 @@ func (c *fakeClient) login(s *fakeAuthServer) error {
 			return nil
 		}
 	}
-	fakeCreds.refused[c.key]++
+	c.a.refused[c.key]++
 	return errors.New("WRONGPASS invalid username-password pair or user is disabled")
 }
 
-func (c *fakeClient) ReadAuth(ctx context.Context, nodes []model.Node) ([]model.AuthState, error) {
-	c.f.mu.Lock()
-	c.f.calls[c.key]++
-	c.f.mu.Unlock()
-	fakeCreds.mu.Lock()
-	defer fakeCreds.mu.Unlock()
+func (c *fakeCredentials) ReadAuth(ctx context.Context, nodes []model.Node) ([]model.AuthState, error) {
+	c.a.wire.call(c.key)
+	c.a.mu.Lock()
+	defer c.a.mu.Unlock()
 	out := make([]model.AuthState, len(nodes))
 	for i, n := range nodes {
 		out[i].Node = n
-		s, err := fakeCreds.server(ctx, c.key, n.Name)
+		s, err := c.a.server(ctx, c.key, n.Name)
 		if err == nil {
 			err = c.login(s)
 		}
@@ -134,18 +149,15 @@ func (c *fakeClient) ReadAuth(ctx context.Context, nodes []model.Node) ([]model.
 	return out, nil
 }
 
-func (c *fakeClient) ApplyACL(ctx context.Context, nodes []model.Node, spec model.ACLSpec) error {
-	c.f.mu.Lock()
-	c.f.calls[c.key]++
-	c.f.writes[c.key]++
-	c.f.mu.Unlock()
+func (c *fakeCredentials) ApplyACL(ctx context.Context, nodes []model.Node, spec model.ACLSpec) error {
+	c.a.wire.write(c.key)
 	if err := model.ValidateACL(spec); err != nil {
 		return err
 	}
-	fakeCreds.mu.Lock()
-	defer fakeCreds.mu.Unlock()
+	c.a.mu.Lock()
+	defer c.a.mu.Unlock()
 	for _, n := range nodes {
-		s, err := fakeCreds.server(ctx, c.key, n.Name)
+		s, err := c.a.server(ctx, c.key, n.Name)
 		if err == nil {
 			err = c.login(s)
 		}
@@ -157,16 +169,12 @@ func (c *fakeClient) ApplyACL(ctx context.Context, nodes []model.Node, spec mode
 	return nil
 }
 
-func (c *fakeClient) SyncReplicationAuth(ctx context.Context, nodes []model.Node) error {
-	c.f.mu.Lock()
-	c.f.calls[c.key]++
-	c.f.writes[c.key]++
-	c.f.mu.Unlock()
-	cred := c.f.lastCredentials(c.key)
-	fakeCreds.mu.Lock()
-	defer fakeCreds.mu.Unlock()
+func (c *fakeCredentials) SyncReplicationAuth(ctx context.Context, nodes []model.Node) error {
+	cred := c.a.wire.write(c.key)
+	c.a.mu.Lock()
+	defer c.a.mu.Unlock()
 	for _, n := range nodes {
-		s, err := fakeCreds.server(ctx, c.key, n.Name)
+		s, err := c.a.server(ctx, c.key, n.Name)
 		if err == nil {
 			err = c.login(s)
 		}

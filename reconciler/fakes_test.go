@@ -8,8 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,72 +80,57 @@ func (k *fakeKubelet) run(ctx context.Context, c client.Client) {
 
 // ---- fake Valkey ----------------------------------------------------------------------
 
-// fakeValkey scripts the servers: Bootstrap forms a cluster, Observe reports the CLUSTER
-// NODES view a formed cluster's servers would give (parsed by model.ParseClusterNodes), and the
-// reconciler judges it with model.Health as it does real snapshots. Connect refuses what
-// a real connection refuses: a login without the operator's password, and a TLS server
-// certificate that the credentials' own verification rejects (the cluster certificate is
-// what every server presents).
+// fakeValkey is the suite's servers: one fake per port, each keeping its own state of every
+// cluster's servers (fakes_topology_test.go, fakes_acl_test.go, fakes_tls_test.go), and the
+// wire they all share. Connect refuses what a real connection refuses: a login without the
+// operator's password, and a TLS server certificate that the credentials' own verification
+// rejects (the cluster certificate is what every server presents).
 type fakeValkey struct {
-	mu         sync.Mutex
-	blocked    map[types.NamespacedName]bool
-	formed     map[types.NamespacedName]bool
-	bootstraps map[types.NamespacedName]int
-	creds      map[types.NamespacedName]valkeyops.Credentials
-	calls      map[types.NamespacedName]int // every Connect and every command
-	writes     map[types.NamespacedName]int // commands that change the cluster
+	wire     *fakeWire
+	topology *fakeTopologyState
+	creds    *fakeCredentialState
+	certs    *fakeCertificateState
 }
 
 func newFakeValkey() *fakeValkey {
-	return &fakeValkey{
-		blocked: map[types.NamespacedName]bool{}, formed: map[types.NamespacedName]bool{},
-		bootstraps: map[types.NamespacedName]int{}, creds: map[types.NamespacedName]valkeyops.Credentials{},
+	w := &fakeWire{
+		creds: map[types.NamespacedName]valkeyops.Credentials{},
 		calls: map[types.NamespacedName]int{}, writes: map[types.NamespacedName]int{},
 	}
+	return &fakeValkey{wire: w, topology: newFakeTopologyState(w), creds: newFakeCredentialState(w), certs: newFakeCertificateState(w)}
 }
 
-func (f *fakeValkey) block(key types.NamespacedName, on bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.blocked[key] = on
-}
+func (f *fakeValkey) block(key types.NamespacedName, on bool) { f.topology.block(key, on) }
 
 func (f *fakeValkey) bootstrapCount(key types.NamespacedName) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.bootstraps[key]
+	return f.topology.bootstrapCount(key)
 }
 
-func (f *fakeValkey) callCount(key types.NamespacedName) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.calls[key]
-}
-
-func (f *fakeValkey) writeCount(key types.NamespacedName) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.writes[key]
-}
+func (f *fakeValkey) callCount(key types.NamespacedName) int  { return f.wire.callCount(key) }
+func (f *fakeValkey) writeCount(key types.NamespacedName) int { return f.wire.writeCount(key) }
 
 func (f *fakeValkey) lastCredentials(key types.NamespacedName) valkeyops.Credentials {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.creds[key]
+	return f.wire.lastCredentials(key)
 }
 
 func (f *fakeValkey) Connect(_ context.Context, key types.NamespacedName, cred valkeyops.Credentials) (*reconciler.Servers, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[key]++
-	f.creds[key] = cred
+	f.wire.connect(key, cred)
 	if cred.Username != model.OperatorUser || cred.Password == "" {
 		return nil, fmt.Errorf("fake: refusing unauthenticated connection")
 	}
 	if err := verifyServedCertificate(cred); err != nil {
 		return nil, fmt.Errorf("fake: TLS handshake: %w", err)
 	}
-	return (&fakeClient{f: f, key: key}).servers(), nil
+	return f.servers(key), nil
+}
+
+// servers is one cluster's ports, each served by its own fake.
+func (f *fakeValkey) servers(key types.NamespacedName) *reconciler.Servers {
+	topo, creds, certs := f.topology.cluster(key), f.creds.cluster(key), f.certs.cluster(key)
+	return &reconciler.Servers{
+		Reads:    fakeReads{observe: topo, auth: creds, certs: certs},
+		Topology: topo, Failovers: topo, Credentials: creds, Certificates: certs,
+	}
 }
 
 // verifyServedCertificate runs the credentials' TLS verification on the certificate the
@@ -178,123 +161,84 @@ func verifyServedCertificate(cred valkeyops.Credentials) error {
 
 func (f *fakeValkey) Release(types.NamespacedName) {}
 
-// servers serves every port with c.
-func (c *fakeClient) servers() *reconciler.Servers {
-	return &reconciler.Servers{Reads: c, Topology: c, Failovers: c, Credentials: c, Certificates: c}
+// fakeWire is what one fakeValkey's servers saw, by cluster: every Connect and every command
+// (calls), the commands that change the cluster (writes), and the credentials of the latest
+// Connect, which the servers check logins and TLS against. Every port's fake counts on it.
+type fakeWire struct {
+	mu     sync.Mutex
+	creds  map[types.NamespacedName]valkeyops.Credentials
+	calls  map[types.NamespacedName]int
+	writes map[types.NamespacedName]int
 }
 
-// fakeClient is one cluster's scripted servers.
-type fakeClient struct {
-	f   *fakeValkey
-	key types.NamespacedName
+// connect counts a Connect with cred, which the servers check from now on.
+func (w *fakeWire) connect(key types.NamespacedName, cred valkeyops.Credentials) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls[key]++
+	w.creds[key] = cred
 }
 
-func (c *fakeClient) Bootstrap(_ context.Context, nodes []model.Node, shards int) error {
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	c.f.calls[c.key]++
-	c.f.writes[c.key]++
-	c.f.bootstraps[c.key]++
-	c.f.formed[c.key] = true
-	return nil
+// call counts a command and returns the credentials of the latest Connect.
+func (w *fakeWire) call(key types.NamespacedName) valkeyops.Credentials {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls[key]++
+	return w.creds[key]
 }
 
-// The day-2 commands are not scripted yet: the suite's clusters converge and never need
-// them, so any call is a write the tests can see (and fail on).
-func (c *fakeClient) write() error {
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	c.f.calls[c.key]++
-	c.f.writes[c.key]++
-	return fmt.Errorf("fake: day-2 command not scripted")
+// write counts a command that changes the cluster and returns the credentials of the latest
+// Connect.
+func (w *fakeWire) write(key types.NamespacedName) valkeyops.Credentials {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls[key]++
+	w.writes[key]++
+	return w.creds[key]
 }
 
-// Settle succeeds on a formed cluster that is not blocked, as CONFIG SET on reachable
-// servers does; the fake keeps no settings.
-func (c *fakeClient) Settle(context.Context, []model.Node) error {
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	c.f.calls[c.key]++
-	c.f.writes[c.key]++
-	if c.f.blocked[c.key] {
-		return fmt.Errorf("%w: fake: servers blocked", model.ErrUnreachable)
+func (w *fakeWire) callCount(key types.NamespacedName) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.calls[key]
+}
+
+func (w *fakeWire) writeCount(key types.NamespacedName) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.writes[key]
+}
+
+func (w *fakeWire) lastCredentials(key types.NamespacedName) valkeyops.Credentials {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.creds[key]
+}
+
+// fakeReads is the Reads port composed of the read halves of the per-port fakes: the
+// topology's snapshot, the credentials' users, the certificates' served certificate.
+type fakeReads struct {
+	observe interface {
+		Observe(ctx context.Context, nodes []model.Node) (*model.Snapshot, error)
 	}
-	return nil
+	auth interface {
+		ReadAuth(ctx context.Context, nodes []model.Node) ([]model.AuthState, error)
+	}
+	certs interface {
+		ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error)
+	}
 }
 
-func (c *fakeClient) Replicate(context.Context, []model.Node, string, int) error {
-	return c.write()
+func (r fakeReads) Observe(ctx context.Context, nodes []model.Node) (*model.Snapshot, error) {
+	return r.observe.Observe(ctx, nodes)
 }
-func (c *fakeClient) Rebalance(context.Context, []model.Node, []string) (valkeyops.MoveStats, error) {
-	return valkeyops.MoveStats{}, c.write()
-}
-func (c *fakeClient) RemoveNode(context.Context, []model.Node, string) error { return c.write() }
-func (c *fakeClient) Failover(context.Context, []model.Node, string) error   { return c.write() }
-func (c *fakeClient) Takeover(context.Context, []model.Node, string) error   { return c.write() }
-func (c *fakeClient) ForceFailover(context.Context, []model.Node, string) error {
-	return c.write()
-}
-func (c *fakeClient) AssignSlots(context.Context, []model.Node, string, []model.SlotRange) error {
-	return c.write()
-}
-func (c *fakeClient) Forget(context.Context, []model.Node, []string) error { return c.write() }
 
-// Observe renders the CLUSTER NODES text every server of a formed cluster would report
-// (shard i's first node by name is its primary and owns the i-th even slot range) and parses
-// it with valkeyops. A cluster not bootstrapped, or blocked by a test, reports
-// cluster_state fail with no slots assigned.
-func (c *fakeClient) Observe(_ context.Context, nodes []model.Node) (*model.Snapshot, error) {
-	c.f.mu.Lock()
-	defer c.f.mu.Unlock()
-	c.f.calls[c.key]++
-	healthy := c.f.formed[c.key] && !c.f.blocked[c.key]
-	byShard := map[int][]model.Node{}
-	for _, n := range nodes {
-		byShard[n.Shard] = append(byShard[n.Shard], n)
-	}
-	ranges := model.EvenRanges(len(byShard))
-	type line struct{ id, role, primary, slots string }
-	lines := map[string]line{}
-	for shard, members := range byShard {
-		sort.Slice(members, func(i, j int) bool { return members[i].Name < members[j].Name })
-		primaryID := "id-" + members[0].Name
-		for i, n := range members {
-			l := line{id: "id-" + n.Name, role: "master", primary: "-"}
-			if i > 0 {
-				l.role, l.primary = "slave", primaryID
-			} else if healthy && shard < len(ranges) {
-				l.slots = ranges[shard].String()
-			}
-			lines[n.Name] = l
-		}
-	}
-	snap := &model.Snapshot{}
-	for _, n := range nodes {
-		var text strings.Builder
-		for _, m := range nodes {
-			l := lines[m.Name]
-			flags := l.role
-			if m.Name == n.Name {
-				flags = "myself," + flags
-			}
-			fmt.Fprintf(&text, "%s %s@16379 %s %s 0 0 1 connected %s\n", l.id, m.Addr, flags, l.primary, l.slots)
-		}
-		view, err := model.ParseClusterNodes(text.String())
-		if err != nil {
-			return nil, err
-		}
-		st := model.NodeState{Node: n, Reachable: true, ID: lines[n.Name].id, View: view,
-			Role: model.RolePrimary, PrimaryLink: model.PrimaryLinkUp, ClusterState: "fail", KnownNodes: len(nodes)}
-		if l := lines[n.Name]; l.role == "slave" {
-			st.Role, st.PrimaryID = model.RoleReplica, l.primary
-		}
-		if healthy {
-			st.ClusterState, st.SlotsAssigned = "ok", model.SlotCount
-			st.Slots = st.Self().Slots
-		}
-		snap.Nodes = append(snap.Nodes, st)
-	}
-	return snap, nil
+func (r fakeReads) ReadAuth(ctx context.Context, nodes []model.Node) ([]model.AuthState, error) {
+	return r.auth.ReadAuth(ctx, nodes)
+}
+
+func (r fakeReads) ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error) {
+	return r.certs.ServedCertificate(ctx, node)
 }
 
 // passCounter is the suite's reconciler.Metrics: it counts passes per cluster, so tests can

@@ -15,16 +15,21 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// fakeTLS plays the TLS side of the fake servers. Each node serves the certificate it loaded
-// last; it loads its pod's copy of the TLS Secret when it starts (first looked at) and on each
-// reload. That copy is what the operator itself reads from the Secret (the credentials it
-// connects with), as if the kubelet refreshed volumes at once, unless a test freezes it to
-// play a kubelet that has not refreshed the volume yet.
+// The fake servers' TLS side, the CertificateReload port and the served-certificate half of
+// Reads. Each node serves the certificate it loaded last; it loads its pod's copy of the TLS
+// Secret when it starts (first looked at) and on each reload. That copy is what the operator
+// itself reads from the Secret (the credentials it connects with), as if the kubelet
+// refreshed volumes at once, unless a test freezes it to play a kubelet that has not
+// refreshed the volume yet.
 //
 // It refuses what a real server and handshake refuse: a reload on a server without TLS, and a
 // served certificate that the operator's credentials do not trust (checked with their own
 // verification, validity periods aside, as valkeyops does).
-type fakeTLS struct {
+
+// fakeCertificateState is every fake server's TLS files, by cluster and node name.
+type fakeCertificateState struct {
+	// wire counts the commands and has the credentials the client connects with.
+	wire    *fakeWire
 	mu      sync.Mutex
 	frozen  map[types.NamespacedName]*tlsFiles           // a cluster's volume content while frozen
 	loaded  map[types.NamespacedName]map[string]tlsFiles // per node: what it serves and trusts
@@ -34,29 +39,37 @@ type fakeTLS struct {
 // tlsFiles is what a node reads from its TLS volume.
 type tlsFiles struct{ cert, ca []byte }
 
-var fakeCerts = &fakeTLS{
-	frozen:  map[types.NamespacedName]*tlsFiles{},
-	loaded:  map[types.NamespacedName]map[string]tlsFiles{},
-	reloads: map[types.NamespacedName]map[string]int{},
+func newFakeCertificateState(w *fakeWire) *fakeCertificateState {
+	return &fakeCertificateState{
+		wire:    w,
+		frozen:  map[types.NamespacedName]*tlsFiles{},
+		loaded:  map[types.NamespacedName]map[string]tlsFiles{},
+		reloads: map[types.NamespacedName]map[string]int{},
+	}
+}
+
+// cluster is the certificates port of one cluster's servers.
+func (f *fakeCertificateState) cluster(key types.NamespacedName) *fakeCertificates {
+	return &fakeCertificates{f: f, key: key}
 }
 
 // freeze keeps the cluster's volumes at the content the operator last connected with, until
 // thaw.
-func (f *fakeTLS) freeze(c *fakeValkey, key types.NamespacedName) {
-	cred := c.lastCredentials(key)
+func (f *fakeCertificateState) freeze(key types.NamespacedName) {
+	cred := f.wire.lastCredentials(key)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.frozen[key] = &tlsFiles{cert: cred.Cert, ca: cred.CA}
 }
 
-func (f *fakeTLS) thaw(key types.NamespacedName) {
+func (f *fakeCertificateState) thaw(key types.NamespacedName) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.frozen, key)
 }
 
 // reloadCount is how many reloads node got; total sums the cluster's nodes.
-func (f *fakeTLS) reloadCount(key types.NamespacedName) (perNode map[string]int, total int) {
+func (f *fakeCertificateState) reloadCount(key types.NamespacedName) (perNode map[string]int, total int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	perNode = map[string]int{}
@@ -68,29 +81,42 @@ func (f *fakeTLS) reloadCount(key types.NamespacedName) (perNode map[string]int,
 }
 
 // trusted is the CA bundle node last loaded.
-func (f *fakeTLS) trusted(key types.NamespacedName, node string) []byte {
+func (f *fakeCertificateState) trusted(key types.NamespacedName, node string) []byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.loaded[key][node].ca
 }
 
+// served is the certificate bundle node last loaded; false while it has not started.
+func (f *fakeCertificateState) served(key types.NamespacedName, node string) ([]byte, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	files, ok := f.loaded[key][node]
+	return files.cert, ok
+}
+
 // volume is the cluster's TLS volume content now; cred are the operator's latest credentials.
-func (f *fakeTLS) volume(key types.NamespacedName, cred valkeyops.Credentials) tlsFiles {
+// f.mu must be held.
+func (f *fakeCertificateState) volume(key types.NamespacedName, cred valkeyops.Credentials) tlsFiles {
 	if v := f.frozen[key]; v != nil {
 		return *v
 	}
 	return tlsFiles{cert: cred.Cert, ca: cred.CA}
 }
 
-func (c *fakeClient) ServedCertificate(_ context.Context, node model.Node) (*x509.Certificate, error) {
-	c.f.mu.Lock()
-	c.f.calls[c.key]++
-	cred := c.f.creds[c.key]
-	c.f.mu.Unlock()
+// fakeCertificates is one cluster's servers as the CertificateReload port (and
+// ServedCertificate) reach them.
+type fakeCertificates struct {
+	f   *fakeCertificateState
+	key types.NamespacedName
+}
+
+func (c *fakeCertificates) ServedCertificate(_ context.Context, node model.Node) (*x509.Certificate, error) {
+	cred := c.f.wire.call(c.key)
 	if !cred.TLS() {
 		return nil, fmt.Errorf("fake: %s: %w: not a TLS server", node.Name, model.ErrInvalidSpec)
 	}
-	f := fakeCerts
+	f := c.f
 	f.mu.Lock()
 	if f.loaded[c.key] == nil {
 		f.loaded[c.key] = map[string]tlsFiles{}
@@ -115,16 +141,12 @@ func (c *fakeClient) ServedCertificate(_ context.Context, node model.Node) (*x50
 	return chain[0], nil
 }
 
-func (c *fakeClient) ReloadTLS(_ context.Context, node model.Node) error {
-	c.f.mu.Lock()
-	c.f.calls[c.key]++
-	c.f.writes[c.key]++ // CONFIG SET: a write command
-	cred := c.f.creds[c.key]
-	c.f.mu.Unlock()
+func (c *fakeCertificates) ReloadTLS(_ context.Context, node model.Node) error {
+	cred := c.f.wire.write(c.key) // CONFIG SET: a write command
 	if !cred.TLS() {
 		return fmt.Errorf("fake: %s: node has no TLS certificate configured", node.Name)
 	}
-	f := fakeCerts
+	f := c.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.loaded[c.key] == nil {

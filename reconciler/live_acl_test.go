@@ -38,7 +38,7 @@ func TestLiveCredentials(t *testing.T) {
 		var last error
 		ok := pollUntil(waitFor, func() bool {
 			for _, n := range nodes {
-				s := fakeCreds.held(key, n.Name())
+				s := fake.creds.held(key, n.Name())
 				if s == nil {
 					last = fmt.Errorf("%s not read yet", n.Name())
 					return false
@@ -95,7 +95,7 @@ func TestLiveCredentials(t *testing.T) {
 		}), "%s: the record and the login follow", what)
 		assert.Equal(t, "masteruser replication\nmasterauth "+model.ReplicationPassword(string(auth["operator-password"]))+"\n", string(secret("c-auth")["replication.conf"]),
 			"%s: new pods start with the new replication login", what)
-		assert.Zero(t, fakeCreds.refusedCount(key), "%s: no server ever refused the operator's login", what)
+		assert.Zero(t, fake.creds.refusedCount(key), "%s: no server ever refused the operator's login", what)
 		return auth
 	}
 	first := rotated("the cluster as created")
@@ -160,7 +160,7 @@ func TestLiveCredentials(t *testing.T) {
 			string(s.Data["operator-password"]) == string(third["operator-password"])
 	}), "the record is recreated")
 	assert.Equal(t, views.StateActive, getCluster(t, key).Status().State)
-	assert.Zero(t, fakeCreds.refusedCount(key), "no server ever refused the operator's login")
+	assert.Zero(t, fake.creds.refusedCount(key), "no server ever refused the operator's login")
 }
 
 func updateSecret(ctx context.Context, key types.NamespacedName, mutate func(*corev1.Secret)) error {

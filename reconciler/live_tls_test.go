@@ -61,11 +61,8 @@ func servedSerials(t *testing.T, key types.NamespacedName) map[string]string {
 	out := map[string]string{}
 	for _, n := range listNodes(t, key) {
 		out[n.Name()] = ""
-		fakeCerts.mu.Lock()
-		files, ok := fakeCerts.loaded[key][n.Name()]
-		fakeCerts.mu.Unlock()
-		if ok {
-			chain, err := parseChain(files.cert)
+		if cert, ok := fake.certs.served(key, n.Name()); ok {
+			chain, err := parseChain(cert)
 			require.NoError(t, err)
 			out[n.Name()] = chain[0].SerialNumber.String()
 		}
@@ -140,13 +137,13 @@ func TestCertificateRotationReloadsEveryNode(t *testing.T) {
 	nodes, pods := names(listNodes(t, key)), podUIDs(t, key)
 	require.Len(t, nodes, 4)
 	quiet(t, key, "every node serves the Secret's certificate")
-	_, reloads := fakeCerts.reloadCount(key)
+	_, reloads := fake.certs.reloadCount(key)
 	assert.Zero(t, reloads, "a node serving the Secret's certificate is not reloaded")
 
-	fakeCerts.freeze(fake, key) // the kubelet has not refreshed the volumes yet
+	fake.certs.freeze(key) // the kubelet has not refreshed the volumes yet
 	setSecretData(t, ns, "tls", ci.bundle(ca, 200, ca.CertPEM))
 	require.True(t, pollUntil(waitFor, func() bool {
-		per, _ := fakeCerts.reloadCount(key)
+		per, _ := fake.certs.reloadCount(key)
 		for _, n := range nodes {
 			if per[n] < 2 {
 				return false
@@ -160,7 +157,7 @@ func TestCertificateRotationReloadsEveryNode(t *testing.T) {
 	assert.Empty(t, warnings(t, key, "CertificateNotServed"), "waiting for a kubelet is no Warning")
 	assert.Empty(t, warnings(t, key, "CertificateReloadFailed"))
 
-	fakeCerts.thaw(key)
+	fake.certs.thaw(key)
 	took := waitServed(t, key, "200")
 	t.Logf("every node serves the re-issued certificate %s after the volumes were refreshed", took.Round(time.Millisecond))
 	waitEvent(t, key, corev1.EventTypeNormal, "CertificateRotated", `serves certificate serial 200 of TLS Secret "tls"`)
@@ -190,7 +187,7 @@ func TestInvalidTLSSecretReloadsNothing(t *testing.T) {
 	assert.Equal(t, `TLS Secret "tls" private key does not match certificate`, st.Message)
 	before := passes.of(key)
 	require.True(t, pollUntil(waitFor, func() bool { return passes.of(key) > before+3 }))
-	_, reloads := fakeCerts.reloadCount(key)
+	_, reloads := fake.certs.reloadCount(key)
 	assert.Zero(t, reloads, "nothing is reloaded from a Secret that fails validation")
 	for n, s := range servedSerials(t, key) {
 		assert.Equal(t, "100", s, n)
@@ -220,7 +217,7 @@ func TestCABundleRotation(t *testing.T) {
 	trustedEverywhere := func(ca []byte) func() bool {
 		return func() bool {
 			for _, n := range nodes {
-				if !bytes.Equal(fakeCerts.trusted(key, n), ca) {
+				if !bytes.Equal(fake.certs.trusted(key, n), ca) {
 					return false
 				}
 			}

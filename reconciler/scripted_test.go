@@ -48,8 +48,8 @@ const scriptedVersion = "8.0.2"
 type scriptedValkey struct {
 	mu     sync.Mutex
 	models map[types.NamespacedName]*valkeyModel
-	// fallback serves the port methods the model does not script (added to the interface
-	// by later work); its write counter shows whether any was called.
+	// fallback's per-port fakes serve the ports the model does not script (credentials and
+	// certificates); its write counter shows whether any of their writes was called.
 	fallback *fakeValkey
 	// latency is how long every write operation takes, so two that ran at once would overlap.
 	latency time.Duration
@@ -98,7 +98,7 @@ func (s *scriptedValkey) connect(_ context.Context, key types.NamespacedName, cr
 	if m.password != cred.Password {
 		return nil, fmt.Errorf("scripted: WRONGPASS invalid username-password pair")
 	}
-	return &scriptedClient{fakeClient: &fakeClient{f: s.fallback, key: key}, m: m}, nil
+	return &scriptedClient{m: m, creds: s.fallback.creds.cluster(key), certs: s.fallback.certs.cluster(key)}, nil
 }
 
 func (s *scriptedValkey) Release(types.NamespacedName) {}
@@ -792,17 +792,22 @@ func (m *valkeyModel) promote(r *modelServer) {
 
 // ---- the ports ------------------------------------------------------------------------
 
-// scriptedClient is one cluster's client. Its methods mirror valkeyops.Admin's; the embedded
-// fake serves any method this model does not script.
+// scriptedClient is one cluster's client. Its methods mirror valkeyops.Admin's for the ports
+// the model scripts (Topology, Failovers, Observe); the fallback's per-port fakes serve the
+// credentials and certificates.
 type scriptedClient struct {
-	*fakeClient
-	m    *valkeyModel
-	proc *scriptedProcess // nil: a process that never dies
+	m     *valkeyModel
+	proc  *scriptedProcess // nil: a process that never dies
+	creds *fakeCredentials
+	certs *fakeCertificates
 }
 
-// servers serves every port with c.
+// servers serves the topology ports and Observe with c, the others with the per-port fakes.
 func (c *scriptedClient) servers() *reconciler.Servers {
-	return &reconciler.Servers{Reads: c, Topology: c, Failovers: c, Credentials: c, Certificates: c}
+	return &reconciler.Servers{
+		Reads:    fakeReads{observe: c, auth: c.creds, certs: c.certs},
+		Topology: c, Failovers: c, Credentials: c.creds, Certificates: c.certs,
+	}
 }
 
 func joinNodeNames(nodes []model.Node) string {
