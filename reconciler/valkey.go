@@ -25,7 +25,7 @@ type Valkey interface {
 
 // Servers is one cluster's servers as the reconciler's concerns reach them. Each concern
 // owns a port that names the few operations it performs, declared beside the code that calls
-// it: reads (observe.go), topology and failovers (active.go), credentials (live_acl.go),
+// it: reads (observe.go), topology and failovers (topology.go), credentials (live_acl.go),
 // certificates (live_tls.go). The ports speak the model's own types (valkeyops/model, which
 // the planners use too), so no translation layer sits between them. *valkeyops.Admin
 // implements every port; a test double implements one port at a time. A new concern
