@@ -1,6 +1,9 @@
 package reconciler
 
-import "context"
+import (
+	"cmp"
+	"context"
+)
 
 // concern is one part of the Active phase's work on the servers: it plans from the pass's one
 // observation (observe.go) and acts through its own port. needs says what the observation must
@@ -29,7 +32,10 @@ func (r *Reconciler) concerns() []concern {
 
 // reading says which parts an observation reads beside the snapshot.
 type reading struct {
-	credentials, certificates bool
+	// credentials are the inputs (credentialInputs) the servers' users are to be checked
+	// against; "" reads none.
+	credentials  string
+	certificates bool
 }
 
 // needs is what this pass's observation reads for every registered concern.
@@ -40,7 +46,7 @@ func (r *Reconciler) needs(p *pass) reading {
 			continue
 		}
 		n := c.needs(r, p)
-		all.credentials = all.credentials || n.credentials
+		all.credentials = cmp.Or(all.credentials, n.credentials)
 		all.certificates = all.certificates || n.certificates
 	}
 	return all
@@ -49,7 +55,14 @@ func (r *Reconciler) needs(p *pass) reading {
 // credentialsNeed: the servers' users are read unless they were found converged on the same
 // inputs a moment ago (credcheck.go), or the cluster has no ACL yet.
 func credentialsNeed(r *Reconciler, p *pass) reading {
-	return reading{credentials: p.acl.OperatorPassword != "" && !r.memory.credentialsFresh(p.key, credentialInputs(p), r.opts.Now())}
+	if p.acl.OperatorPassword == "" {
+		return reading{}
+	}
+	inputs := credentialInputs(p)
+	if r.memory.credentialsFresh(p.key, inputs, r.opts.Now()) {
+		return reading{}
+	}
+	return reading{credentials: inputs}
 }
 
 // certificatesNeed: with TLS, the certificate every member serves is read every pass (a

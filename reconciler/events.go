@@ -6,8 +6,8 @@ import (
 )
 
 // Event reasons, every one the reconciler records (stable, for `kubectl get events` filters
-// and alerts). A Warning reason stands until its condition clears (raise, settle, reportProblems); a
-// Normal one records something that happened.
+// and alerts). A Warning reason stands until its condition clears (raise, settle,
+// reportProblems); a Normal one records something that happened.
 const (
 	// Warnings of the cluster as a whole.
 	ReasonInvalidTLS        = "InvalidTLSSecret"

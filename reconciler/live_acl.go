@@ -220,16 +220,16 @@ func sortedSet(s []string) []string {
 }
 
 // syncCredentials brings every member's credentials, as this pass's observation read them,
-// to what the cluster wants (see the top of this file). A failure is a Warning Event and is retried next pass;
-// it never stops the topology work that follows.
+// to what the cluster wants (see the top of this file). A failure is a Warning Event and is
+// retried next pass; it never stops the topology work that follows.
 func (r *Reconciler) syncCredentials(ctx context.Context, p *pass) *outcome {
-	if p.seen == nil || !p.seen.credentialsRead {
-		return nil // not read this pass: see observeActive
+	if p.seen == nil || p.seen.credentialInputs == "" {
+		return nil // not read this pass (credentialsNeed)
 	}
 	if p.seen.authErr != nil {
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
-	inputs, held := credentialInputs(p), p.seen.auth
+	inputs, held := p.seen.credentialInputs, p.seen.auth
 	actx, cancel := context.WithTimeout(ctx, observeTimeout)
 	defer cancel()
 	for _, st := range held {

@@ -28,13 +28,13 @@ type Reads interface {
 type observation struct {
 	// snapshot is every member's own view: topology, replication, health.
 	snapshot *model.Snapshot
-	// auth is each member's users and replication login. credentialsRead is false when they
-	// were not read this pass: they were found converged on the same inputs a moment ago
-	// (credcheck.go), or the cluster has no ACL yet. authErr is a failure of the read as a
-	// whole (a node that cannot be read is reported in its own state instead).
-	auth            []model.AuthState
-	authErr         error
-	credentialsRead bool
+	// auth is each member's users and replication login, read against credentialInputs; that
+	// is "" when they were not read this pass: they were found converged on the same inputs a
+	// moment ago (credcheck.go), or the cluster has no ACL yet. authErr is a failure of the
+	// read as a whole (a node that cannot be read is reported in its own state instead).
+	auth             []model.AuthState
+	authErr          error
+	credentialInputs string
 	// certs is the certificate each member serves, by name; nil without TLS.
 	certs map[string]servedCertificate
 }
@@ -56,8 +56,8 @@ func (r *Reconciler) observe(ctx context.Context, p *pass, want reading) *outcom
 	snap, err := p.valkey.Reads.Observe(octx, p.members)
 	if err == nil {
 		seen.snapshot = snap
-		if want.credentials {
-			seen.credentialsRead = true
+		if want.credentials != "" {
+			seen.credentialInputs = want.credentials
 			seen.auth, seen.authErr = readAuth(octx, p.valkey.Reads, p.members, snap)
 		}
 		if want.certificates {
