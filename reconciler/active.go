@@ -95,14 +95,24 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		r.report(p, a, ended.err)
 		return done(ctrl.Result{RequeueAfter: movedRecheck}, nil)
 	}
-	o := plan.Observed{Shards: p.cluster.Shards(), Replicas: p.cluster.ReplicasPerShard(), SlowStart: r.opts.SlowStart}
+	o := r.observed(p, p.cluster.Shards(), p.cluster.ReplicasPerShard())
 	out := r.resolveConfig(ctx, p)
 	switch {
 	case out == nil:
-		o.Hash = render.NodeSpec(p.cluster, 0, p.resolved, r.opts.Settings.DefaultZoneSpread).SpecHash
+		o.Hash = r.liveHash(p)
 	case out.err != nil:
 		return out
 	}
+	r.markInSync(ctx, p, o)
+	a := plan.Next(o)
+	return r.act(ctx, p, a)
+}
+
+// observed is what the planner is told of this pass: the nodes with their pods and the
+// servers' own views, planned towards shards x replicas. Hash is left for the caller: only a
+// configRef that resolves gives one.
+func (r *Reconciler) observed(p *pass, shards, replicas int) plan.Observed {
+	o := plan.Observed{Shards: shards, Replicas: replicas, SlowStart: r.opts.SlowStart}
 	for _, n := range p.nodes {
 		spec := n.Spec()
 		pn := plan.Node{Name: n.Name(), Shard: spec.Shard, Hash: spec.SpecHash, Lifecycle: n.Status().Lifecycle, RecordedID: n.Status().NodeID, Pod: plan.PodGone}
@@ -115,16 +125,19 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 				pn.NotReadyFor = r.opts.Now().Sub(pod.CreationTimestamp.Time)
 			}
 		} else if pn.Lifecycle == plan.Joining {
-			pn.Pod = plan.PodStarting // created this pass or the last; ensureActivePods makes it
+			pn.Pod = plan.PodStarting // created this pass or the last; its pod is made next
 		}
 		if snap := p.snapshot(); snap != nil {
 			pn.State = snap.ByName(n.Name())
 		}
 		o.Nodes = append(o.Nodes, pn)
 	}
-	r.markInSync(ctx, p, o)
-	a := plan.Next(o)
-	return r.act(ctx, p, a)
+	return o
+}
+
+// liveHash is the spec hash a node created now would get (the configRef resolved).
+func (r *Reconciler) liveHash(p *pass) string {
+	return render.NodeSpec(p.cluster, 0, p.resolved, r.opts.Settings.DefaultZoneSpread).SpecHash
 }
 
 // act performs one planned action. Every topology action is an Event; an action that fails
@@ -214,8 +227,10 @@ func (r *Reconciler) deleteNode(ctx context.Context, p *pass, n views.Node) erro
 	return nil
 }
 
-// createNodes creates ValkeyNodes (Joining) and their pods from the live resolution.
-func (r *Reconciler) createNodes(ctx context.Context, p *pass, shards []int) error {
+// createNodes creates ValkeyNodes (Joining) and their pods from the live resolution. atOnce
+// creates the pods several at once (a forming cluster: createPodsAtOnce); otherwise one
+// after the other, each a step of the Active phase's one-action-at-a-time timeline.
+func (r *Reconciler) createNodes(ctx context.Context, p *pass, shards []int, atOnce bool) error {
 	if p.resolved.Image == "" {
 		return fmt.Errorf("configRef %q does not resolve yet", p.cluster.ConfigRef())
 	}
@@ -233,6 +248,9 @@ func (r *Reconciler) createNodes(ctx context.Context, p *pass, shards []int) err
 		created = append(created, n)
 	}
 	// Pods for the new nodes only: a lost node never gets a fresh pod under its old name.
+	if atOnce {
+		return r.createPodsAtOnce(ctx, p, created)
+	}
 	return r.createPods(ctx, p, created)
 }
 

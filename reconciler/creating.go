@@ -3,9 +3,8 @@ package reconciler
 import (
 	"context"
 	"errors"
-	"sort"
+	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/gomomento/valkey-operator/crds"
@@ -13,7 +12,6 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/resolve"
 	"github.com/gomomento/valkey-operator/reconciler/views"
-	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,31 +108,6 @@ func (r *Reconciler) passFormed(ctx context.Context, p *pass) *outcome {
 		return nil
 	}
 	return r.activate(ctx, p)
-}
-
-// ensureNodes creates the ValkeyNodes the snapshot topology still lacks. Each node's spec is
-// fixed here, from the live resolution and placement (docs/status.md: a live edit shapes
-// only nodes not created yet).
-func (r *Reconciler) ensureNodes(ctx context.Context, p *pass) *outcome {
-	t := p.target()
-	perShard := map[int]int{}
-	names := map[string]bool{}
-	for _, n := range p.nodes {
-		perShard[n.Shard()]++
-		names[n.Name()] = true
-	}
-	for shard := 0; shard < t.Shards; shard++ {
-		for perShard[shard] < 1+t.ReplicasPerShard {
-			n, err := r.createNode(ctx, p, shard, names)
-			if err != nil {
-				return done(ctrl.Result{}, err)
-			}
-			names[n.Name()] = true
-			perShard[shard]++
-			p.nodes = append(p.nodes, n)
-		}
-	}
-	return nil
 }
 
 func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken map[string]bool) (views.Node, error) {
@@ -277,43 +250,6 @@ func (r *Reconciler) createNodeConfig(ctx context.Context, n views.Node, owner m
 	return nil
 }
 
-// waitPods waits until every node's pod runs with an IP, recording pod IPs on the nodes.
-func (r *Reconciler) waitPods(ctx context.Context, p *pass) *outcome {
-	p.members = nil
-	ready := true
-	var unschedulable []string
-	for _, n := range p.nodes {
-		pod := p.pods[n.Name()]
-		if pod == nil {
-			ready = false
-			continue
-		}
-		if st, why := podState(pod); st != plan.PodReady {
-			if why != "" {
-				// The scheduler's reason (no node matches the selector, zones, resources):
-				// the cluster stays Creating until the pod fits, and says why.
-				unschedulable = append(unschedulable, pod.Name+": "+why)
-			}
-			ready = false
-			continue
-		}
-		if err := r.setNodeStatus(ctx, n, func(s *views.NodeStatus) { s.PodIP = pod.Status.PodIP }); err != nil {
-			return done(ctrl.Result{}, err)
-		}
-		p.members = append(p.members, valkeyNode(n.Name(), pod.Status.PodIP, n.Shard()))
-	}
-	if len(unschedulable) > 0 {
-		sort.Strings(unschedulable)
-		p.raise(ReasonPodsUnschedulable, "SchedulePods", "pods cannot be scheduled, the cluster stays Creating until they fit: "+strings.Join(unschedulable, "; "))
-	} else {
-		p.settle(ReasonPodsUnschedulable)
-	}
-	if !ready {
-		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
-	}
-	return nil
-}
-
 // podReady reports whether the pod's server is ready: its readiness probe (TCP on the client
 // port) passed, so the server accepts connections. Running alone only means the container
 // started; dialing then races the server's start-up (connection refused, a spurious
@@ -334,10 +270,90 @@ func podReady(pod *corev1.Pod) bool {
 	return false
 }
 
-// formCluster runs valkeyops' idempotent bootstrap from the snapshot topology and then
-// observes it against the Active criteria of docs/status.md.
-func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
+// observeForming connects to and observes the servers of a cluster being formed once every
+// node's pod is ready: until then the planner waits for the pods, and dialling the servers
+// that are up would only be work done again.
+func (r *Reconciler) observeForming(ctx context.Context, p *pass) *outcome {
+	p.members = nil
+	for _, n := range p.nodes {
+		if pod := p.pods[n.Name()]; pod != nil {
+			if st, _ := podState(pod); st == plan.PodReady {
+				p.members = append(p.members, valkeyNode(n.Name(), pod.Status.PodIP, n.Shard()))
+			}
+		}
+	}
+	if len(p.members) < len(p.nodes) {
+		return nil
+	}
+	if out := r.connect(ctx, p); out != nil {
+		return out
+	}
+	return r.observe(ctx, p, reading{})
+}
+
+// planForming forms the cluster from the targetSpec snapshot with the topology planner in its
+// forming mode (plan/forming.go), performing what it plans with the Active phase's own
+// operations. Creating reports in its own terms (docs/status.md): pods that cannot be
+// scheduled, a bootstrap that failed, the cluster formed. After a bootstrap the servers are
+// observed again and planned in the same pass, so a cluster that formed turns Active at once.
+func (r *Reconciler) planForming(ctx context.Context, p *pass) *outcome {
 	t := p.target()
+	for bootstrapped := false; ; bootstrapped = true {
+		o := r.observed(p, t.Shards, t.ReplicasPerShard)
+		o.Forming, o.Hash = true, r.liveHash(p)
+		a := plan.Next(o)
+		if a.Kind != plan.Wait || !a.Warning {
+			p.settle(ReasonPodsUnschedulable)
+		}
+		switch a.Kind {
+		case plan.Wait:
+			if a.Warning {
+				p.raise(ReasonPodsUnschedulable, "SchedulePods", a.Reason)
+			}
+			return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
+		case plan.Delete:
+			return r.replaceStopped(ctx, p, a.Node)
+		case plan.CreateNodes:
+			if err := r.createNodes(ctx, p, a.Shards, true); err != nil {
+				return r.applied(p, "NodeConfigMap", err)
+			}
+			return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
+		case plan.Join:
+			if bootstrapped {
+				p.log.Info("cluster not healthy yet", "problems", a.Reason)
+				return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+			}
+			if out := r.bootstrap(ctx, p, t); out != nil {
+				return out
+			}
+		case plan.MarkActive:
+			return r.activate(ctx, p)
+		default:
+			return done(ctrl.Result{}, fmt.Errorf("forming planned %q", a.Kind))
+		}
+	}
+}
+
+// replaceStopped deletes a node of a forming cluster whose server stopped and whose config
+// has changed since (a ValkeyConfig fixed after its servers refused it); the next pass creates
+// its replacement from the fixed config. Nothing is lost: the cluster has not formed, so no
+// node holds data.
+func (r *Reconciler) replaceStopped(ctx context.Context, p *pass, name string) *outcome {
+	n, err := p.node(name)
+	if err != nil {
+		return done(ctrl.Result{}, err)
+	}
+	if err := r.deleteNode(ctx, p, n); err != nil {
+		return done(ctrl.Result{}, err)
+	}
+	r.event(p, n.U, ReasonNodeRetired, "ReplaceStoppedNode",
+		"Deleted ValkeyNode %s of shard %d: its server stopped and its config has changed since; a new node takes its place", n.Name(), n.Shard())
+	return done(ctrl.Result{RequeueAfter: nextActionDelay}, nil)
+}
+
+// bootstrap runs valkeyops' idempotent Bootstrap of every node and observes the servers
+// again; an outcome ends the pass.
+func (r *Reconciler) bootstrap(ctx context.Context, p *pass, t views.TargetSpec) *outcome {
 	if at := p.certExpiredAt(r.opts.Now()); !at.IsZero() {
 		// The servers would never meet: bootstrap waits for a renewed certificate.
 		p.raise(ReasonBootstrapFailed, "Bootstrap", "bootstrap waits: "+expiryNote(p.cluster.TLSSecretRef(), at))
@@ -349,14 +365,7 @@ func (r *Reconciler) formCluster(ctx context.Context, p *pass) *outcome {
 	}
 	p.settle(ReasonBootstrapFailed)
 	r.noteOnce(p, ReasonBootstrap, "Bootstrap", "Bootstrapped "+strconv.Itoa(t.Shards)+" shards x "+strconv.Itoa(t.ReplicasPerShard)+" replicas over "+strconv.Itoa(len(p.members))+" nodes")
-	if out := r.observe(ctx, p, reading{}); out != nil {
-		return out
-	}
-	if problems := model.Health(p.snapshot(), t.Shards, t.ReplicasPerShard); len(problems) > 0 {
-		p.log.Info("cluster not healthy yet", "problems", strings.Join(problems, "; "))
-		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
-	}
-	return nil
+	return r.observe(ctx, p, reading{})
 }
 
 // activate marks every node Active and the cluster Active, clearing targetSpec. The node

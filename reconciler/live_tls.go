@@ -224,9 +224,86 @@ func (r *Reconciler) rollout(key types.NamespacedName) (rollout *certRollout) {
 	return rollout
 }
 
+// certMember is one ready member as the certificates concern sees it.
+type certMember struct {
+	node model.Node
+	// going: its pod is being deleted (its replacement starts with the Secret's files).
+	going bool
+	// mounted is the TLS Secret its pod mounts: the one its spec was fixed with.
+	mounted string
+	// read is the certificate the observation found it serving; ok is false for a member the
+	// observation did not read.
+	read servedCertificate
+	ok   bool
+}
+
+// certStepKind is what the certificates concern does about one member this pass.
+type certStepKind int
+
+const (
+	certGoing      certStepKind = iota // being replaced: nothing, and the rollout is not complete
+	certNotMounted                     // mounts another Secret: a Warning, it changes only when replaced
+	certUnread                         // its certificate could not be read (untrusted: a Warning)
+	certHeld                           // serving, not due: nothing to do
+	certReload                         // due: reload its TLS files and check what it serves then
+)
+
+// certStep is the certificates concern's decision for one member.
+type certStep struct {
+	kind   certStepKind
+	member certMember
+	// serves: it served the wanted certificate when observed (certHeld, certReload).
+	serves bool
+}
+
+// plan is the certificates concern's planner: from the observation of every ready member and
+// the wanted certificate of Secret secret, what to do about each member now. It does no I/O; it
+// records in the rollout only the baseline of members seen for the first time.
+func (c *certRollout) plan(members []certMember, secret string, want *x509.Certificate, now time.Time) []certStep {
+	steps := make([]certStep, 0, len(members))
+	for _, m := range members {
+		step := certStep{member: m}
+		switch {
+		case m.going:
+			step.kind = certGoing
+		case m.mounted != secret:
+			step.kind = certNotMounted
+		case !m.ok || m.read.err != nil:
+			step.kind = certUnread
+		default:
+			step.serves = bytes.Equal(m.read.cert.Raw, want.Raw)
+			step.kind = certHeld
+			if c.due(m.node.Name, step.serves, now) {
+				step.kind = certReload
+			}
+		}
+		steps = append(steps, step)
+	}
+	return steps
+}
+
+// certMembers is every ready member with what the pass observed of it.
+func certMembers(p *pass) []certMember {
+	out := make([]certMember, 0, len(p.members))
+	for _, m := range p.members {
+		cm := certMember{node: m}
+		n, err := p.node(m.Name)
+		pod := p.pods[m.Name]
+		if err != nil || pod == nil || pod.DeletionTimestamp != nil {
+			cm.going = true
+		} else {
+			cm.mounted = n.Spec().TLSSecretRef
+		}
+		cm.read, cm.ok = p.seen.certs[m.Name]
+		out = append(out, cm)
+	}
+	return out
+}
+
 // rotateCertificates is the Active step that gets the Secret's certificate served by every
-// ready node (see the top of this file). It never ends the pass: the planner's action runs
-// after it, and a node still waiting for its volume asks for an early pass instead.
+// ready node (see the top of this file): the rollout plans from the pass's observation, and
+// each step is carried out here. It never ends the pass: the planner's action runs after it,
+// and a node still waiting for its volume asks for an early pass instead.
 func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
 	if p.tlsData == nil || p.seen == nil || p.seen.certs == nil {
 		return nil
@@ -241,7 +318,6 @@ func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
 	ro := r.rollout(p.key)
 	now := time.Now()
 	ro.observe(tlsRevision(p.tlsData), now)
-
 	keep := map[string]bool{}
 	for _, n := range p.nodes {
 		keep[n.Name()] = true
@@ -250,29 +326,37 @@ func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
 
 	var examined []string // nodes whose served certificate was read
 	complete := true
-	for _, m := range p.members {
-		// Ready pods only, whether observe could talk to their server or not: one that refuses
-		// the operator's client certificate (a CA change in one go) still shows its own, and
-		// ReloadTLS gets through to it.
-		n, err := p.node(m.Name)
-		pod := p.pods[m.Name]
-		if err != nil || pod == nil || pod.DeletionTimestamp != nil {
-			complete = false // going: its replacement starts with the Secret's files
-			continue
+	for _, step := range ro.plan(certMembers(p), secret, want, now) {
+		name := step.member.node.Name
+		if step.kind != certNotMounted && step.kind != certGoing {
+			p.settle(ReasonCertNotMounted + "/" + name)
 		}
-		if mounted := n.Spec().TLSSecretRef; mounted != secret {
-			// Its pod mounts the Secret its spec was fixed with: a reload reads that one.
-			p.raiseAs(ReasonCertNotMounted+"/"+m.Name, ReasonCertNotMounted, "ReloadTLS", fmt.Sprintf(
-				"node %s mounts TLS Secret %q, not %q: its certificate changes only when the node is replaced", m.Name, mounted, secret))
+		switch step.kind {
+		case certGoing:
 			complete = false
-			continue
+		case certNotMounted:
+			p.raiseAs(ReasonCertNotMounted+"/"+name, ReasonCertNotMounted, "ReloadTLS", fmt.Sprintf(
+				"node %s mounts TLS Secret %q, not %q: its certificate changes only when the node is replaced", name, step.member.mounted, secret))
+			complete = false
+		case certUnread:
+			if err := step.member.read.err; errors.Is(err, model.ErrUntrustedCertificate) {
+				// The operator cannot talk to the node at all: its command connections verify
+				// the same way. Typically a CA replaced in one step instead of through a bundle.
+				p.raiseAs(ReasonCertUntrusted+"/"+name, ReasonCertUntrusted, "ReloadTLS", fmt.Sprintf(
+					"node %s serves a certificate that ca.crt of TLS Secret %q does not trust (%v); during a CA change keep the old CA in ca.crt until every node serves the new certificate",
+					name, secret, err))
+			}
+			complete = false
+		case certHeld:
+			p.settle(ReasonCertUntrusted + "/" + name)
+			p.noteServed(step.member.read.cert.NotAfter, now)
+			examined = append(examined, name)
+			complete = complete && ro.current(name)
+		case certReload:
+			p.settle(ReasonCertUntrusted + "/" + name)
+			examined = append(examined, name)
+			complete = r.reloadNode(ctx, p, ro, step, want, now) && complete
 		}
-		p.settle(ReasonCertNotMounted + "/" + m.Name)
-		current, ok := r.rotateNode(ctx, p, ro, m, want, now)
-		if ok {
-			examined = append(examined, m.Name)
-		}
-		complete = complete && current
 	}
 
 	if at, pending := ro.nextDue(examined); pending {
@@ -286,38 +370,17 @@ func (r *Reconciler) rotateCertificates(ctx context.Context, p *pass) *outcome {
 	return nil
 }
 
-// rotateNode brings one node to the rollout's revision if it is due. It reports whether the
-// node is known to hold the revision, and whether its served certificate could be read at all
-// (a node that cannot be read is not retried early: every pass looks at it again).
-func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m model.Node, want *x509.Certificate, now time.Time) (current, examined bool) {
-	untrustedKey := ReasonCertUntrusted + "/" + m.Name
-	read, ok := p.seen.certs[m.Name]
-	if !ok {
-		return false, false // a member the observation did not read: cannot happen
-	}
-	served, err := read.cert, read.err
-	if err != nil {
-		if errors.Is(err, model.ErrUntrustedCertificate) {
-			// The operator cannot talk to the node at all: its command connections verify the
-			// same way. Typically a CA replaced in one step instead of through a bundle.
-			p.raiseAs(untrustedKey, ReasonCertUntrusted, "ReloadTLS", fmt.Sprintf(
-				"node %s serves a certificate that ca.crt of TLS Secret %q does not trust (%v); during a CA change keep the old CA in ca.crt until every node serves the new certificate",
-				m.Name, p.cluster.TLSSecretRef(), err))
-		}
-		return false, false
-	}
-	p.settle(untrustedKey)
-	serves := bytes.Equal(served.Raw, want.Raw)
-	if !ro.due(m.Name, serves, now) {
-		p.noteServed(served.NotAfter, now)
-		return ro.current(m.Name), true
-	}
+// reloadNode carries out a certReload step: the node re-reads its TLS files, and the
+// certificate it serves then says whether its volume held the Secret's content. It reports
+// whether the node is known to hold the rollout's revision.
+func (r *Reconciler) reloadNode(ctx context.Context, p *pass, ro *certRollout, step certStep, want *x509.Certificate, now time.Time) bool {
+	m, served := step.member.node, step.member.read.cert
 	failedKey := ReasonCertReloadFailed + "/" + m.Name
 	if err := p.valkey.Certificates.ReloadTLS(ctx, m); err != nil {
 		p.noteServed(served.NotAfter, now)
 		ro.failed(m.Name, now)
 		p.raiseAs(failedKey, ReasonCertReloadFailed, "ReloadTLS", fmt.Sprintf("reloading the TLS files of node %s failed: %v", m.Name, err))
-		return false, true
+		return false
 	}
 	p.settle(failedKey)
 	after, err := p.valkey.Reads.ServedCertificate(ctx, m) // the reload's own check, past the observation
@@ -327,7 +390,7 @@ func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m
 	} else {
 		p.noteServed(served.NotAfter, now)
 	}
-	ro.reloaded(m.Name, serves, nowServes, now)
+	ro.reloaded(m.Name, step.serves, nowServes, now)
 	stallKey := ReasonCertNotServed + "/" + m.Name
 	switch {
 	case ro.current(m.Name):
@@ -344,7 +407,7 @@ func (r *Reconciler) rotateNode(ctx context.Context, p *pass, ro *certRollout, m
 	default:
 		p.log.V(1).Info("node's TLS files not refreshed yet", "node", m.Name, "reloads", ro.nodes[m.Name].reloads)
 	}
-	return ro.current(m.Name), true
+	return ro.current(m.Name)
 }
 
 // rotated records the completion of a rollout. The Event's related object is the Secret at

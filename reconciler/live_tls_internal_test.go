@@ -1,10 +1,12 @@
 package reconciler
 
 import (
+	"crypto/x509"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -160,4 +162,48 @@ func TestTLSRevision(t *testing.T) {
 			assert.Equal(t, tc.same, tlsRevision(base) == tlsRevision(tc.data))
 		})
 	}
+}
+
+// TestCertPlan: the certificates concern's decision for each member, from what the pass
+// observed: a member going or mounting another Secret is left alone, one whose certificate
+// could not be read is not reloaded, and a reload is planned only where it is due.
+func TestCertPlan(t *testing.T) {
+	oldCert := &x509.Certificate{Raw: []byte("old")}
+	newCert := &x509.Certificate{Raw: []byte("new")}
+	member := func(name string, edit func(*certMember)) certMember {
+		m := certMember{node: model.Node{Name: name}, mounted: "tls", read: servedCertificate{cert: oldCert}, ok: true}
+		if edit != nil {
+			edit(&m)
+		}
+		return m
+	}
+	t0 := time.Unix(1_000_000, 0)
+	ro := &certRollout{}
+	ro.observe("A", t0)
+	baseline := ro.plan([]certMember{member("n1", nil), member("n2", nil)}, "tls", oldCert, t0)
+	for _, step := range baseline {
+		require.Equal(t, certHeld, step.kind, "the first content seen is the baseline: %s", step.member.node.Name)
+		require.True(t, step.serves)
+	}
+
+	ro.observe("B", t0.Add(time.Second))
+	members := []certMember{
+		member("n1", nil),
+		member("n2", func(m *certMember) { m.read.cert = newCert }),
+		member("going", func(m *certMember) { m.going, m.mounted = true, "" }),
+		member("other", func(m *certMember) { m.mounted = "tls-old" }),
+		member("untrusted", func(m *certMember) { m.read = servedCertificate{err: model.ErrUntrustedCertificate} }),
+		member("unread", func(m *certMember) { m.ok = false }),
+	}
+	steps := ro.plan(members, "tls", newCert, t0.Add(time.Second))
+	got := map[string]certStepKind{}
+	for _, step := range steps {
+		got[step.member.node.Name] = step.kind
+	}
+	assert.Equal(t, map[string]certStepKind{
+		"n1": certReload, "n2": certReload, "going": certGoing, "other": certNotMounted,
+		"untrusted": certUnread, "unread": certUnread,
+	}, got)
+	assert.False(t, steps[0].serves, "n1 serves the old certificate")
+	assert.True(t, steps[1].serves, "n2 already serves the new one: its reload checks ca.crt")
 }

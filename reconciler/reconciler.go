@@ -4,9 +4,9 @@
 // files follow the phases: this one is the step engine; events.go the Event de-duplication;
 // state.go the TLS check, the state gate (docs/status.md) and status writes; maintain.go and
 // apply.go the owned objects kept in every state; members.go the ValkeyNodes and pods of a
-// pass; creating.go the bootstrap; active.go the day-2 phase, whose next action the pure
-// planner in plan/ decides; live_acl.go the live ACL and password rotation of the Active phase;
-// valkey.go the one boundary with the Valkey servers.
+// pass; creating.go the formation and active.go the day-2 phase, whose next action the pure
+// planner in plan/ decides in both; live_acl.go the live ACL and password rotation of the
+// Active phase; valkey.go the one boundary with the Valkey servers.
 package reconciler
 
 import (
@@ -258,13 +258,9 @@ func (r *Reconciler) steps() []step {
 		{"report-rejected-settings", both, r.reportRejectedSettings},
 		{"pass-formed", creating, r.passFormed},
 		{"resolve-config", creating, r.resolveConfig},
-		{"replace-stopped-stale", creating, r.replaceStoppedStale},
-		{"ensure-nodes", creating, r.ensureNodes},
 		{"ensure-pods", creating, r.ensurePods},
-		{"wait-pods", creating, r.waitPods},
-		{"connect", creating, r.connect},
-		{"form-cluster", creating, r.formCluster},
-		{"activate", creating, r.activate},
+		{"observe-forming", creating, r.observeForming},
+		{"plan-formation", creating, r.planForming},
 		{"ensure-joining-pods", active, r.ensureActivePods},
 		{"pod-annotations", active, r.ensurePodAnnotations},
 		{"observe", active, r.observeActive},

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // reportRejectedSettings turns a server that exited at start-up on a setting it refused
@@ -49,36 +47,4 @@ func rejectedSetting(pod *corev1.Pod) (model.ConfigRejection, bool) {
 		}
 	}
 	return model.ConfigRejection{}, false
-}
-
-// replaceStoppedStale lets a forming cluster recover from a ValkeyConfig fixed after its
-// servers refused it: a node whose server has stopped (its pod failed) and whose fixed spec no
-// longer matches the live resolution is deleted, so ensureNodes makes a new one from the fixed
-// config in the same pass. Nothing is lost: the cluster has not formed, so no node holds
-// data. A stopped node whose spec is still current waits instead (the ConfigRejected Event
-// says why); replacing it would only fail again.
-func (r *Reconciler) replaceStoppedStale(ctx context.Context, p *pass) *outcome {
-	want := map[int]string{}
-	kept := p.nodes[:0:0]
-	for _, n := range p.nodes {
-		pod := p.pods[n.Name()]
-		if pod == nil {
-			kept = append(kept, n)
-			continue
-		}
-		if _, ok := want[n.Shard()]; !ok {
-			want[n.Shard()] = render.NodeSpec(p.cluster, n.Shard(), p.resolved, r.opts.Settings.DefaultZoneSpread).SpecHash
-		}
-		if st, _ := podState(pod); st != plan.PodGone || n.Spec().SpecHash == want[n.Shard()] {
-			kept = append(kept, n)
-			continue
-		}
-		if err := r.deleteNode(ctx, p, n); err != nil {
-			return done(ctrl.Result{}, err)
-		}
-		r.event(p, n.U, ReasonNodeRetired, "ReplaceStoppedNode",
-			"Deleted ValkeyNode %s of shard %d: its server stopped and its config has changed since; a new node takes its place", n.Name(), n.Shard())
-	}
-	p.nodes = kept
-	return nil
 }

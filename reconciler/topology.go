@@ -51,7 +51,7 @@ type Failovers interface {
 func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error {
 	switch a.Kind {
 	case plan.CreateNodes:
-		return r.createNodes(ctx, p, a.Shards)
+		return r.createNodes(ctx, p, a.Shards, false)
 	case plan.Join:
 		return p.valkey.Topology.Bootstrap(ctx, p.joinable(), p.cluster.Shards())
 	case plan.Replicate:

@@ -75,6 +75,9 @@ type Observed struct {
 	// SlowStart is how long a pod may take to turn ready before waiting for it is a warning;
 	// 0 means the package's SlowStart.
 	SlowStart time.Duration
+	// Forming: the cluster is being formed (Creating), Shards and Replicas are its targetSpec
+	// snapshot, and only the forming rules apply (forming.go).
+	Forming bool
 }
 
 // Kind names an action.
@@ -120,7 +123,7 @@ type Action struct {
 	DataLost int
 }
 
-// Next plans the one next action. Rules, first match wins:
+// Next plans the one next action. The rules of an Active cluster, first match wins:
 //  0. a peer of a server that is no node of this cluster (another cluster's server, met by
 //     hand or through a reused pod IP): ForgetStrangers, before anything acts on the merged
 //     view (a stranger's slots would look like a lost primary's to the rules below);
@@ -158,17 +161,26 @@ type Action struct {
 //     first, one at a time): CreateNodes one replacement, Wait until it is a synced replica,
 //     MarkLeaving a stale replica (replicas before their primary), Failover a stale primary
 //     to a synced replica and only then MarkLeaving it.
+//
+// A cluster being formed (Observed.Forming) follows formingRules instead.
 func Next(o Observed) Action {
 	v := index(o)
-	for _, rule := range []func(view) (Action, bool){
-		forgetStrangers, resumeMoves, handOver, loseAll, retireLeaving, dropLost, createMissing, waitFailover,
-		waitStarting, adoptOrphans, forgetDead, joinNew, balance, markDeparting, activateJoined, roll,
-	} {
+	rules := activeRules
+	if o.Forming {
+		rules = formingRules
+	}
+	for _, rule := range rules {
 		if a, ok := rule(v); ok {
 			return a
 		}
 	}
 	return Action{}
+}
+
+// activeRules are the rules of Next for an Active cluster, in the order listed above.
+var activeRules = []func(view) (Action, bool){
+	forgetStrangers, resumeMoves, handOver, loseAll, retireLeaving, dropLost, createMissing, waitFailover,
+	waitStarting, adoptOrphans, forgetDead, joinNew, balance, markDeparting, activateJoined, roll,
 }
 
 // view is Observed indexed for the rules.
