@@ -20,8 +20,11 @@ type concern struct {
 // first: a password rotation's switch of the operator's own login ends the pass, so nothing
 // else acts with the login it replaces. Certificates come next and never end a pass (a node
 // waiting for its volume asks for an early one). Topology comes last and performs at most one
-// action per pass. A new concern (persistence, backup) declares its port beside its code,
-// adds what it reads to reading, and one line here.
+// action per pass. Each plans with a pure function of the observation and the desired spec,
+// then acts through its own port: credentials with planCredentials (live_acl.go), certificates
+// with certRollout.plan (live_tls.go), topology with plan.Next (which also forms a Creating
+// cluster, in its forming mode). A new concern (persistence, backup) declares its port and its
+// planner beside its code, adds what it reads to reading, and one line here.
 func (r *Reconciler) concerns() []concern {
 	return []concern{
 		{"sync-credentials", credentialsNeed, r.syncCredentials},

@@ -250,26 +250,6 @@ func (r *Reconciler) createNodeConfig(ctx context.Context, n views.Node, owner m
 	return nil
 }
 
-// podReady reports whether the pod's server is ready: its readiness probe (TCP on the client
-// port) passed, so the server accepts connections. Running alone only means the container
-// started; dialing then races the server's start-up (connection refused, a spurious
-// BootstrapFailed Warning Event and a poll interval lost). The Ready transition is a Pod
-// event, so waiting for it costs no extra latency. It is the server container's own
-// readiness when the pod reports it: the pod's Ready condition also waits for the exporter
-// sidecar, and a sidecar that failed (an image without the exporter) must not take a
-// serving server out of the cluster.
-func podReady(pod *corev1.Pod) bool {
-	if cs := serverStatus(pod); cs != nil {
-		return cs.Ready
-	}
-	for _, c := range pod.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // observeForming connects to and observes the servers of a cluster being formed once every
 // node's pod is ready: until then the planner waits for the pods, and dialling the servers
 // that are up would only be work done again.

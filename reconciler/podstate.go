@@ -38,6 +38,26 @@ func serverExited(pod *corev1.Pod) bool {
 	return cs != nil && cs.State.Terminated != nil
 }
 
+// podReady reports whether the pod's server is ready: its readiness probe (TCP on the client
+// port) passed, so the server accepts connections. Running alone only means the container
+// started; dialing then races the server's start-up (connection refused, a spurious
+// BootstrapFailed Warning Event and a poll interval lost). The Ready transition is a Pod
+// event, so waiting for it costs no extra latency. It is the server container's own
+// readiness when the pod reports it: the pod's Ready condition also waits for the exporter
+// sidecar, and a sidecar that failed (an image without the exporter) must not take a
+// serving server out of the cluster.
+func podReady(pod *corev1.Pod) bool {
+	if cs := serverStatus(pod); cs != nil {
+		return cs.Ready
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
 // serverStatus is the status of the pod's server container, nil until the kubelet reports it.
 func serverStatus(pod *corev1.Pod) *corev1.ContainerStatus {
 	for i := range pod.Status.ContainerStatuses {
