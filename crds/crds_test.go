@@ -142,6 +142,35 @@ func TestOnRealAPIServer(t *testing.T) {
 		assert.NoError(t, err, "changing secretRef")
 	})
 
+	t.Run("a volume size may grow, not shrink; mode None leaves spec.valkey its persistence", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(env.Config)
+		require.NoError(t, err)
+		configs := dyn.Resource(gvr(crds.KindConfig, "valkeyconfigs"))
+		cache := object(t, crds.KindConfig, "", "persist-none", `{"imageRef":"valkey-8.0","persistence":{"mode":"None"},"valkey":{"save":"60 1","appendonly":"yes"}}`)
+		_, err = configs.Create(ctx, cache, metav1.CreateOptions{})
+		require.NoError(t, err, "mode None: spec.valkey may set save and appendonly")
+
+		durable := object(t, crds.KindConfig, "", "persist-aof", `{"imageRef":"valkey-8.0","persistence":{"mode":"AOF","size":"1Gi"}}`)
+		_, err = configs.Create(ctx, durable, metav1.CreateOptions{})
+		require.NoError(t, err)
+		for _, tc := range []struct {
+			size any
+			ok   bool
+		}{{"2Gi", true}, {"2048Mi", true}, {int64(4294967296), true}, {"3Gi", false}, {"1Gi", false}} {
+			got, err := configs.Get(ctx, "persist-aof", metav1.GetOptions{})
+			require.NoError(t, err)
+			require.NoError(t, unstructured.SetNestedField(got.Object, tc.size, "spec", "persistence", "size"))
+			_, err = configs.Update(ctx, got, metav1.UpdateOptions{})
+			if tc.ok {
+				assert.NoError(t, err, "size %v", tc.size)
+				continue
+			}
+			if assert.Error(t, err, "size %v", tc.size) {
+				assert.Contains(t, err.Error(), "spec.persistence.size cannot shrink: a volume can only grow")
+			}
+		}
+	})
+
 	t.Run("ValkeyNode spec is fixed at creation", func(t *testing.T) {
 		dyn, err := dynamic.NewForConfig(env.Config)
 		require.NoError(t, err)

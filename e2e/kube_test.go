@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,7 +195,10 @@ func (n *ns) pods(cluster string) ([]string, error) {
 	return names, nil
 }
 
-// podIPs returns the IPs of the cluster's pods (from the Pod objects' status).
+// podIPs returns the IPs of the cluster's pods whose server may answer: running and not being
+// deleted. A pod whose server exited (a node replaced while forming) or that is going away
+// (its owner deleted, the garbage collector not done yet) would only seed a client with an
+// address nobody answers at.
 func (n *ns) podIPs(cluster string) []string {
 	n.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -205,7 +209,7 @@ func (n *ns) podIPs(cluster string) []string {
 	}
 	var ips []string
 	for _, p := range l.Items {
-		if p.Status.PodIP != "" {
+		if p.Status.PodIP != "" && p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil {
 			ips = append(ips, p.Status.PodIP)
 		}
 	}

@@ -38,6 +38,14 @@ func TestRefusedSettingIsNamedThenFixed(t *testing.T) {
 	for ip, got := range policies {
 		assert.Equal(t, "maxmemory-policy noeviction", got, "server %s", ip)
 	}
+	// Without spec.persistence a server writes nothing to disk: no snapshot forks it to fill a
+	// directory that goes with its pod (docs/persistence.md).
+	for _, directive := range []string{"save", "appendonly"} {
+		want := map[string]string{"save": "save ", "appendonly": "appendonly no"}[directive]
+		for ip, got := range n.eachServer(cluster, "CONFIG", "GET", directive) {
+			assert.Equal(t, want, got, "server %s", ip)
+		}
+	}
 
 	// Active: an edit Valkey refuses stalls the roll on its first replacement (named in a
 	// ConfigRejected and a TopologyStalled Warning) instead of replacing it over and over,

@@ -59,18 +59,56 @@ func TestConfigFileOnRealValkey(t *testing.T) {
 	}
 }
 
+// TestPersistenceModesOnRealValkey: the persistence directives of each mode are what a real
+// server runs with (mode None writes nothing to disk, AOF fsyncs every second), and with mode
+// None a user's own save schedule still wins.
+func TestPersistenceModesOnRealValkey(t *testing.T) {
+	requireDocker(t)
+	for _, image := range []string{harness.Image(), harness.Image9()} {
+		t.Run(image, func(t *testing.T) {
+			t.Parallel()
+			for _, tc := range []struct {
+				mode                          string
+				valkey                        map[string]string
+				save, appendonly, appendfsync string
+			}{
+				{views.PersistenceNone, nil, "", "no", "everysec"},
+				{views.PersistenceNone, map[string]string{"save": "900 1"}, "900 1", "no", "everysec"},
+				{views.PersistenceRDB, nil, "3600 1 300 100 60 10000", "no", "everysec"},
+				{views.PersistenceAOF, nil, "", "yes", "everysec"},
+				{views.PersistenceRDBAndAOF, nil, "3600 1 300 100 60 10000", "yes", "everysec"},
+			} {
+				t.Run(tc.mode+" "+tc.valkey["save"], func(t *testing.T) {
+					spec := views.NodeSpec{Valkey: tc.valkey, Persistence: views.Persistence{Mode: tc.mode, Size: "1Gi"}}
+					c := startWithSpec(t, image, spec, wait.ForLog("Ready to accept connections"))
+					assert.Equal(t, "save\n"+tc.save+"\n", exec(t, c, "CONFIG", "GET", "save"))
+					assert.Equal(t, "appendonly\n"+tc.appendonly+"\n", exec(t, c, "CONFIG", "GET", "appendonly"))
+					assert.Equal(t, "appendfsync\n"+tc.appendfsync+"\n", exec(t, c, "CONFIG", "GET", "appendfsync"))
+				})
+			}
+		})
+	}
+}
+
 // startWithConfig runs valkey-server on the config file render.ConfigFile makes of settings
 // (its include pointing at an empty replication fragment).
 func startWithConfig(t *testing.T, image string, settings map[string]string, until wait.Strategy) testcontainers.Container {
+	t.Helper()
+	return startWithSpec(t, image, views.NodeSpec{Valkey: settings}, until)
+}
+
+// startWithSpec runs valkey-server on the config file render.ConfigFile makes of spec, in a
+// writable data directory.
+func startWithSpec(t *testing.T, image string, spec views.NodeSpec, until wait.Strategy) testcontainers.Container {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{
 			Image: image,
-			Cmd:   []string{"valkey-server", render.ConfFile, "--port", "6379"},
+			Cmd:   []string{"valkey-server", render.ConfFile, "--port", "6379", "--dir", "/tmp"},
 			Files: []testcontainers.ContainerFile{
-				{Reader: strings.NewReader(render.ConfigFile(views.NodeSpec{Valkey: settings})), ContainerFilePath: render.ConfFile, FileMode: 0o444},
+				{Reader: strings.NewReader(render.ConfigFile(spec)), ContainerFilePath: render.ConfFile, FileMode: 0o444},
 				{Reader: strings.NewReader("\n"), ContainerFilePath: render.ReplicationConfFile, FileMode: 0o444},
 			},
 			WaitingFor: until,

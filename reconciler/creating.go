@@ -74,6 +74,8 @@ func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
 		cycle         *resolve.CycleError
 		noImage       *resolve.NoImageError
 		missingImage  *resolve.MissingImageError
+		persistence   *resolve.PersistenceConflictError
+		noVolumes     *resolve.PersistenceUnavailableError
 	)
 	// The action names the failure kind so each kind is its own Event series.
 	action := ""
@@ -86,6 +88,10 @@ func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
 		action = "ResolveConfigNoImageRef"
 	case errors.As(err, &missingImage):
 		action = "ResolveConfigMissingImage"
+	case errors.As(err, &persistence):
+		action = "ResolveConfigPersistenceConflict"
+	case errors.As(err, &noVolumes):
+		action = "ResolveConfigPersistenceUnavailable"
 	}
 	switch {
 	case action != "":

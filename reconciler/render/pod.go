@@ -79,6 +79,9 @@ func NodeSpec(cluster views.Cluster, shard int, res resolve.Resolved, defaultZon
 		TLSSecretRef: cluster.TLSSecretRef(),
 		Exporter:     res.Exporter,
 	}
+	if res.Persistence.Durable() {
+		s.Persistence = res.Persistence
+	}
 	s.SpecHash = SpecHash(s)
 	return s
 }
@@ -86,9 +89,19 @@ func NodeSpec(cluster views.Cluster, shard int, res resolve.Resolved, defaultZon
 // SpecHash hashes every field whose change requires replacing a node: image, Valkey settings,
 // resources, zones, nodeSelector and the exporter sidecar (a pod's containers are fixed).
 // zoneSpread and the TLS Secret name are deliberately left out: a zoneSpread change replaces
-// nothing and certificates are reloaded live. The exporter is hashed only when on, so nodes
-// made before it existed keep their hash and are not replaced by an operator upgrade.
+// nothing and certificates are reloaded live. The exporter is hashed only when on, and the
+// persistence mode and StorageClass only when the mode is not None, so nodes made before
+// either existed keep their hash and are not replaced by an operator upgrade. A volume's size
+// is not hashed: a larger one is an expansion in place, not a new node.
 func SpecHash(s views.NodeSpec) string {
+	type volume struct {
+		Mode             string `json:"mode"`
+		StorageClassName string `json:"storageClassName"`
+	}
+	var persistence *volume
+	if s.Persistence.Durable() {
+		persistence = &volume{s.Persistence.Mode, s.Persistence.StorageClassName}
+	}
 	b, _ := json.Marshal(struct {
 		Image        string            `json:"image"`
 		Version      string            `json:"version"`
@@ -97,7 +110,8 @@ func SpecHash(s views.NodeSpec) string {
 		Zones        []string          `json:"zones"`
 		NodeSelector map[string]string `json:"nodeSelector"`
 		Exporter     bool              `json:"exporter,omitempty"`
-	}{s.Image, s.Version, s.Valkey, s.Resources, sortedUnique(s.Placement.Zones), s.Placement.NodeSelector, s.Exporter})
+		Persistence  *volume           `json:"persistence,omitempty"`
+	}{s.Image, s.Version, s.Valkey, s.Resources, sortedUnique(s.Placement.Zones), s.Placement.NodeSelector, s.Exporter, persistence})
 	sum := sha256.Sum256(b) // encoding/json sorts map keys, so this is canonical
 	return hex.EncodeToString(sum[:8])
 }
@@ -153,7 +167,8 @@ func Args(s views.NodeSpec) []string {
 }
 
 // ConfigFile renders the node's valkey.conf: an include of the replication login, then the
-// user's settings in key order, one directive per line. A value's words become the
+// user's settings and the persistence directives (persistenceDirectives) in key order, one
+// directive per line. A value's words become the
 // directive's arguments, each quoted (so `save: "900 1"` is `save "900" "1"`, as on a
 // command line) and escaped, so no value can end its line or start another directive; the
 // CRD rejects control characters, and quoting keeps `#` or quotes literal.
@@ -161,9 +176,11 @@ func ConfigFile(s views.NodeSpec) string {
 	var b strings.Builder
 	b.WriteString("# Rendered by valkey-operator from the node's resolved ValkeyConfig.\n")
 	b.WriteString("include " + ReplicationConfFile + "\n")
-	for _, k := range slices.Sorted(maps.Keys(s.Valkey)) {
+	settings := persistenceDirectives(s.Persistence)
+	maps.Copy(settings, s.Valkey) // with mode None the user's own win; otherwise the schema keeps them apart
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
 		b.WriteString(k)
-		words := strings.Fields(s.Valkey[k])
+		words := strings.Fields(settings[k])
 		if len(words) == 0 {
 			words = []string{""}
 		}
@@ -173,6 +190,27 @@ func ConfigFile(s views.NodeSpec) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// rdbSchedule is when a server with RDB snapshots writes one: Valkey's own default schedule
+// (after an hour with one change, five minutes with 100, a minute with 10,000).
+const rdbSchedule = "3600 1 300 100 60 10000"
+
+// persistenceDirectives are the valkey.conf directives of a persistence mode. With mode None
+// (or none set) a server writes nothing to disk: its data lives in memory and an emptyDir, and
+// a snapshot there would only fork the server to write a file no restart reads; spec.valkey
+// may still turn either on. AOF appends every write and fsyncs once a second, so at most the
+// last second of acknowledged writes is lost with the server's node.
+func persistenceDirectives(p views.Persistence) map[string]string {
+	switch p.Mode {
+	case views.PersistenceRDB:
+		return map[string]string{"save": rdbSchedule, "appendonly": "no"}
+	case views.PersistenceAOF:
+		return map[string]string{"save": "", "appendonly": "yes", "appendfsync": "everysec"}
+	case views.PersistenceRDBAndAOF:
+		return map[string]string{"save": rdbSchedule, "appendonly": "yes", "appendfsync": "everysec"}
+	}
+	return map[string]string{"save": "", "appendonly": "no"}
 }
 
 // NodeConfigMap renders the ConfigMap holding node's valkey.conf (ConfigFile).

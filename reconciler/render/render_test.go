@@ -141,16 +141,18 @@ func TestConfigFile(t *testing.T) {
 		valkey map[string]string
 		want   string
 	}{
-		{"no settings", nil, ""},
-		{"one word", map[string]string{"maxmemory": "1gb"}, `maxmemory "1gb"` + "\n"},
+		// Without a persistence mode nothing is written to disk unless the user asks for it.
+		{"no settings", nil, `appendonly "no"` + "\n" + `save ""` + "\n"},
+		{"one word", map[string]string{"maxmemory": "1gb"}, `appendonly "no"` + "\n" + `maxmemory "1gb"` + "\n" + `save ""` + "\n"},
 		{"words are arguments, keys sorted", map[string]string{"save": "900 1  300 10", "appendonly": "yes"},
 			`appendonly "yes"` + "\n" + `save "900" "1" "300" "10"` + "\n"},
-		{"empty value", map[string]string{"save": ""}, `save ""` + "\n"},
+		{"empty value", map[string]string{"save": ""}, `appendonly "no"` + "\n" + `save ""` + "\n"},
 		{"an injected directive stays an argument", map[string]string{"maxmemory-policy": "noeviction --port 6379"},
-			`maxmemory-policy "noeviction" "--port" "6379"` + "\n"},
+			`appendonly "no"` + "\n" + `maxmemory-policy "noeviction" "--port" "6379"` + "\n" + `save ""` + "\n"},
 		{"quotes, backslashes and # are literal", map[string]string{"x": `a"b\c #d`},
-			`x "a\"b\\c" "#d"` + "\n"},
-		{"control characters cannot end the line", map[string]string{"x": "a\rb\x00c\x7f"}, `x "a" "b\x00c\x7f"` + "\n"},
+			`appendonly "no"` + "\n" + `save ""` + "\n" + `x "a\"b\\c" "#d"` + "\n"},
+		{"control characters cannot end the line", map[string]string{"x": "a\rb\x00c\x7f"},
+			`appendonly "no"` + "\n" + `save ""` + "\n" + `x "a" "b\x00c\x7f"` + "\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := render.ConfigFile(views.NodeSpec{Valkey: tc.valkey})
@@ -202,4 +204,42 @@ func TestBudgetShard(t *testing.T) {
 		assert.Equal(t, want, got, name)
 		assert.Equal(t, name, render.BudgetName("c1", got), "round trip")
 	}
+}
+
+// TestPersistenceDirectives: each persistence mode's valkey.conf lines, beside the user's
+// other settings.
+func TestPersistenceDirectives(t *testing.T) {
+	for _, tc := range []struct {
+		mode string
+		want string
+	}{
+		{"", `appendonly "no"` + "\n" + `maxmemory "1gb"` + "\n" + `save ""` + "\n"},
+		{views.PersistenceNone, `appendonly "no"` + "\n" + `maxmemory "1gb"` + "\n" + `save ""` + "\n"},
+		{views.PersistenceRDB, `appendonly "no"` + "\n" + `maxmemory "1gb"` + "\n" + `save "3600" "1" "300" "100" "60" "10000"` + "\n"},
+		{views.PersistenceAOF, `appendfsync "everysec"` + "\n" + `appendonly "yes"` + "\n" + `maxmemory "1gb"` + "\n" + `save ""` + "\n"},
+		{views.PersistenceRDBAndAOF, `appendfsync "everysec"` + "\n" + `appendonly "yes"` + "\n" + `maxmemory "1gb"` + "\n" + `save "3600" "1" "300" "100" "60" "10000"` + "\n"},
+	} {
+		t.Run("mode "+tc.mode, func(t *testing.T) {
+			got := render.ConfigFile(views.NodeSpec{Valkey: map[string]string{"maxmemory": "1gb"}, Persistence: views.Persistence{Mode: tc.mode, Size: "1Gi"}})
+			_, body, ok := strings.Cut(got, ".conf\n")
+			require.True(t, ok, got)
+			assert.Equal(t, tc.want, body)
+		})
+	}
+}
+
+// TestPersistenceSpecHash: a node keeps its hash when persistence stays None (nodes made
+// before persistence existed are not replaced by an upgrade); the mode and the StorageClass
+// replace nodes; the size does not (volumes grow in place).
+func TestPersistenceSpecHash(t *testing.T) {
+	base := views.NodeSpec{Image: "valkey/valkey:8.0.1", Version: "8.0.1"}
+	with := func(p views.Persistence) string { s := base; s.Persistence = p; return render.SpecHash(s) }
+	none := render.SpecHash(base)
+	assert.Equal(t, none, with(views.Persistence{Mode: views.PersistenceNone}), "None is no persistence")
+	aof := with(views.Persistence{Mode: views.PersistenceAOF, Size: "1Gi"})
+	assert.NotEqual(t, none, aof)
+	assert.NotEqual(t, aof, with(views.Persistence{Mode: views.PersistenceRDB, Size: "1Gi"}), "a mode change replaces nodes")
+	assert.NotEqual(t, aof, with(views.Persistence{Mode: views.PersistenceAOF, Size: "1Gi", StorageClassName: "fast"}), "a StorageClass change replaces nodes")
+	assert.Equal(t, aof, with(views.Persistence{Mode: views.PersistenceAOF, Size: "5Gi"}), "a size change does not")
+	assert.Equal(t, aof, with(views.Persistence{Mode: views.PersistenceAOF, Size: "1Gi", Reclaim: views.ReclaimRetain}), "nor a reclaim change")
 }

@@ -5,6 +5,7 @@
 package resolve
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -32,7 +33,37 @@ type Resolved struct {
 	// Exporter: the nodes run the metrics exporter sidecar (spec.exporter.enabled, the
 	// child's value winning; off when no config of the chain sets it).
 	Exporter bool
+	// Persistence is spec.persistence merged field by field, the child's fields winning, with
+	// mode None and reclaim Delete where no config of the chain sets them.
+	Persistence views.Persistence
 }
+
+// PersistenceConflictError: a config of the chain sets a persistence directive in spec.valkey
+// while the chain's persistence mode, which owns those directives, is not None. The schema
+// refuses that within one ValkeyConfig; across a baseRef chain only the resolution can see it.
+type PersistenceConflictError struct {
+	Directive, SetBy string // the directive and the config whose spec.valkey sets it
+	Mode, ModeBy     string // the mode and the config that sets it
+}
+
+func (e *PersistenceConflictError) Error() string {
+	return fmt.Sprintf("ValkeyConfig %q sets %s in spec.valkey, but persistence mode %s (from ValkeyConfig %q) sets it for the operator; remove it from spec.valkey",
+		e.SetBy, e.Directive, e.Mode, e.ModeBy)
+}
+
+// PersistenceUnavailableError: the chain asks for a persistence mode other than None, which
+// needs a volume per node; until the operator creates them, a server would write its snapshots
+// or append-only file into a directory that goes with its pod, and look durable without being
+// so. The cluster waits, with a Warning Event, rather than run that way.
+type PersistenceUnavailableError struct{ Mode, ModeBy string }
+
+func (e *PersistenceUnavailableError) Error() string {
+	return fmt.Sprintf("persistence mode %s (from ValkeyConfig %q) needs a volume per node, which this operator version does not create yet; set mode None to run without persistence",
+		e.Mode, e.ModeBy)
+}
+
+// PersistenceDirectives are the valkey.conf directives a persistence mode other than None owns.
+var PersistenceDirectives = []string{"appendfsync", "appendonly", "save"}
 
 // MissingConfigError: a ValkeyConfig in the chain does not exist.
 type MissingConfigError struct {
@@ -112,6 +143,15 @@ func Resolve(ctx context.Context, l Lookup, configRef string) (Resolved, error) 
 		if on, set := c.ExporterEnabled(); set {
 			res.Exporter = on
 		}
+		mergePersistence(&res.Persistence, c.Persistence())
+	}
+	res.Persistence.Mode = cmp.Or(res.Persistence.Mode, views.PersistenceNone)
+	res.Persistence.Reclaim = cmp.Or(res.Persistence.Reclaim, views.ReclaimDelete)
+	if err := persistenceConflict(configs, res.Persistence); err != nil {
+		return res, err
+	}
+	if res.Persistence.Durable() {
+		return res, &PersistenceUnavailableError{Mode: res.Persistence.Mode, ModeBy: modeSetBy(configs)}
 	}
 	if len(res.Valkey) == 0 {
 		res.Valkey = nil
@@ -128,4 +168,39 @@ func Resolve(ctx context.Context, l Lookup, configRef string) (Resolved, error) 
 	}
 	res.Image, res.Version = img.Reference(), img.Version()
 	return res, nil
+}
+
+// mergePersistence lays the fields a config sets over what its bases set.
+func mergePersistence(into *views.Persistence, p views.Persistence) {
+	into.Mode = cmp.Or(p.Mode, into.Mode)
+	into.Size = cmp.Or(p.Size, into.Size)
+	into.StorageClassName = cmp.Or(p.StorageClassName, into.StorageClassName)
+	into.Reclaim = cmp.Or(p.Reclaim, into.Reclaim)
+}
+
+// persistenceConflict finds a persistence directive set in spec.valkey by a config of the
+// chain (child first) while the resolved mode owns it.
+func persistenceConflict(configs []views.Config, p views.Persistence) error {
+	if !p.Durable() {
+		return nil
+	}
+	modeBy := modeSetBy(configs)
+	for _, c := range configs {
+		for _, d := range PersistenceDirectives {
+			if _, ok := c.Valkey()[d]; ok {
+				return &PersistenceConflictError{Directive: d, SetBy: c.Name(), Mode: p.Mode, ModeBy: modeBy}
+			}
+		}
+	}
+	return nil
+}
+
+// modeSetBy is the config of the chain (child first) that sets the persistence mode.
+func modeSetBy(configs []views.Config) string {
+	for _, c := range configs {
+		if c.Persistence().Mode != "" {
+			return c.Name()
+		}
+	}
+	return ""
 }

@@ -44,6 +44,9 @@ func image(name, repo, tag, version string) views.Image {
 	return i
 }
 
+// noPersistence is what a chain that sets no persistence resolves to.
+var noPersistence = views.Persistence{Mode: views.PersistenceNone, Reclaim: views.ReclaimDelete}
+
 func TestResolve(t *testing.T) {
 	m := menu{
 		configs: map[string]views.Config{
@@ -69,11 +72,11 @@ func TestResolve(t *testing.T) {
 		{name: "child merges over base", ref: "child", want: resolve.Resolved{
 			Chain: []string{"child", "base"}, ImageName: "v8", Image: "valkey/valkey:8.0.1", Version: "8.0.1",
 			Valkey:    map[string]string{"maxmemory": "1gb", "maxmemory-policy": "noeviction"},
-			Resources: views.Resources{CPU: "1", Memory: "2Gi"}}},
+			Resources: views.Resources{CPU: "1", Memory: "2Gi"}, Persistence: noPersistence}},
 		{name: "child imageRef wins", ref: "img9", want: resolve.Resolved{
 			Chain: []string{"img9", "child", "base"}, ImageName: "v9", Image: "valkey/valkey:9.0.0", Version: "9.0.0",
 			Valkey:    map[string]string{"maxmemory": "1gb", "maxmemory-policy": "noeviction"},
-			Resources: views.Resources{CPU: "1", Memory: "2Gi"}}},
+			Resources: views.Resources{CPU: "1", Memory: "2Gi"}, Persistence: noPersistence}},
 		{name: "missing config", ref: "nope", wantErr: new(*resolve.MissingConfigError)},
 		{name: "missing base", ref: "orph", wantErr: new(*resolve.MissingConfigError)},
 		{name: "cycle", ref: "loopa", wantErr: new(*resolve.CycleError)},
@@ -121,6 +124,66 @@ func TestResolveExporter(t *testing.T) {
 			got, err := resolve.Resolve(context.Background(), m, tc.ref)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got.Exporter)
+		})
+	}
+}
+
+// TestResolvePersistence: spec.persistence is inherited through baseRef field by field, the
+// child's fields winning, with mode None and reclaim Delete by default; a persistence
+// directive in any config's spec.valkey under a mode other than None is refused, naming both
+// configs.
+func TestResolvePersistence(t *testing.T) {
+	withPersistence := func(c views.Config, p views.Persistence) views.Config {
+		c.SetPersistence(p)
+		return c
+	}
+	m := menu{
+		configs: map[string]views.Config{
+			"aof":       withPersistence(config("aof", "v8", "", views.Resources{}, nil), views.Persistence{Mode: views.PersistenceAOF, Size: "1Gi", StorageClassName: "local"}),
+			"bigger":    withPersistence(config("bigger", "", "aof", views.Resources{}, nil), views.Persistence{Size: "2Gi", Reclaim: views.ReclaimRetain}),
+			"none":      withPersistence(config("none", "", "aof", views.Resources{}, nil), views.Persistence{Mode: views.PersistenceNone}),
+			"saves":     config("saves", "", "aof", views.Resources{}, map[string]string{"save": "60 1"}),
+			"base-save": config("base-save", "v8", "", views.Resources{}, map[string]string{"appendonly": "yes"}),
+			"rdb-child": withPersistence(config("rdb-child", "", "base-save", views.Resources{}, nil), views.Persistence{Mode: views.PersistenceRDB, Size: "1Gi"}),
+			"own-save":  withPersistence(config("own-save", "", "none", views.Resources{}, map[string]string{"save": "60 1"}), views.Persistence{}),
+		},
+		images: map[string]views.Image{"v8": image("v8", "valkey/valkey", "8.0.1", "8.0.1")},
+	}
+	tests := []struct {
+		name     string
+		ref      string
+		want     views.Persistence
+		conflict *resolve.PersistenceConflictError
+	}{
+		{name: "set in one config", ref: "aof", want: views.Persistence{Mode: views.PersistenceAOF, Size: "1Gi", StorageClassName: "local", Reclaim: views.ReclaimDelete}},
+		{name: "a child's fields win, the rest is inherited", ref: "bigger", want: views.Persistence{Mode: views.PersistenceAOF, Size: "2Gi", StorageClassName: "local", Reclaim: views.ReclaimRetain}},
+		{name: "a child turns it off", ref: "none", want: views.Persistence{Mode: views.PersistenceNone, Size: "1Gi", StorageClassName: "local", Reclaim: views.ReclaimDelete}},
+		{name: "with mode None spec.valkey may set save", ref: "own-save", want: views.Persistence{Mode: views.PersistenceNone, Size: "1Gi", StorageClassName: "local", Reclaim: views.ReclaimDelete}},
+		{name: "a child's save under its base's mode", ref: "saves",
+			conflict: &resolve.PersistenceConflictError{Directive: "save", SetBy: "saves", Mode: views.PersistenceAOF, ModeBy: "aof"}},
+		{name: "a base's appendonly under its child's mode", ref: "rdb-child",
+			conflict: &resolve.PersistenceConflictError{Directive: "appendonly", SetBy: "base-save", Mode: views.PersistenceRDB, ModeBy: "rdb-child"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := resolve.Resolve(context.Background(), m, tc.ref)
+			if tc.want.Durable() {
+				// Until nodes get volumes, a durable mode resolves but is refused, naming its config.
+				var unavailable *resolve.PersistenceUnavailableError
+				require.ErrorAs(t, err, &unavailable)
+				assert.Equal(t, &resolve.PersistenceUnavailableError{Mode: tc.want.Mode, ModeBy: "aof"}, unavailable)
+				assert.Equal(t, tc.want, got.Persistence)
+				return
+			}
+			if tc.conflict != nil {
+				var conflict *resolve.PersistenceConflictError
+				require.ErrorAs(t, err, &conflict)
+				assert.Equal(t, tc.conflict, conflict)
+				assert.Contains(t, err.Error(), "remove it from spec.valkey")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, got.Persistence)
 		})
 	}
 }

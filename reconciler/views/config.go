@@ -18,6 +18,8 @@ type configSpec struct {
 	Resources Resources         `json:"resources,omitzero"`
 	Valkey    map[string]string `json:"valkey,omitempty"`
 	Exporter  *exporterSpec     `json:"exporter,omitempty"`
+	// Persistence's empty fields are inherited through baseRef.
+	Persistence Persistence `json:"persistence,omitzero"`
 }
 
 // exporterSpec is spec.exporter. Enabled is a pointer because a config that leaves it unset
@@ -35,6 +37,10 @@ func (c Config) BaseRef() string           { return c.spec().BaseRef }
 func (c Config) Resources() Resources      { return c.spec().Resources }
 func (c Config) Valkey() map[string]string { return c.spec().Valkey }
 
+// Persistence is spec.persistence as this config sets it: an empty field is left to its base
+// (and the chain's root to the defaults, mode None and reclaim Delete).
+func (c Config) Persistence() Persistence { return c.spec().Persistence }
+
 // ExporterEnabled is spec.exporter.enabled; set is false when this config leaves it to its
 // base (and the base chain's root to the default, off).
 func (c Config) ExporterEnabled() (enabled, set bool) {
@@ -50,6 +56,9 @@ func (c Config) SetResources(r Resources) { c.editSpec(func(w *configSpec) { w.R
 func (c Config) SetValkey(m map[string]string) {
 	c.editSpec(func(w *configSpec) { w.Valkey = m })
 }
+
+// SetPersistence sets spec.persistence (a zero value removes it).
+func (c Config) SetPersistence(p Persistence) { c.editSpec(func(w *configSpec) { w.Persistence = p }) }
 
 // SetExporterEnabled sets spec.exporter.enabled.
 func (c Config) SetExporterEnabled(on bool) {

@@ -39,8 +39,11 @@ type NodeSpec struct {
 	Placement    Placement         `json:"placement,omitzero"`
 	TLSSecretRef string            `json:"-"`
 	// Exporter: the node's pod runs the metrics exporter sidecar.
-	Exporter bool   `json:"exporter,omitempty"`
-	SpecHash string `json:"specHash,omitempty"`
+	Exporter bool `json:"exporter,omitempty"`
+	// Persistence is the resolved spec.persistence; absent on nodes that keep no data on a
+	// volume and were made before persistence existed.
+	Persistence Persistence `json:"persistence,omitzero"`
+	SpecHash    string      `json:"specHash,omitempty"`
 }
 
 // nodeSpec is the stored spec: NodeSpec's flat fields plus spec.tls.

@@ -85,3 +85,46 @@ func (t *tlsSpec) secretRef() string {
 	}
 	return t.SecretRef
 }
+
+// Persistence modes of spec.persistence.mode, and what becomes of a node's volume when the
+// node goes (spec.persistence.reclaim).
+const (
+	PersistenceNone      = "None"
+	PersistenceRDB       = "RDB"
+	PersistenceAOF       = "AOF"
+	PersistenceRDBAndAOF = "RDBAndAOF"
+	ReclaimDelete        = "Delete"
+	ReclaimRetain        = "Retain"
+)
+
+// Persistence is where and how each server keeps its data: spec.persistence of a ValkeyConfig
+// (where an empty field is left to the baseRef chain) and of a ValkeyNode (resolved: the mode
+// and reclaim always set).
+type Persistence struct {
+	Mode             string `json:"mode,omitempty"`
+	Size             string `json:"size,omitempty"`
+	StorageClassName string `json:"storageClassName,omitempty"`
+	Reclaim          string `json:"reclaim,omitempty"`
+}
+
+// UnmarshalJSON reads size as the schema allows it, an integer or a quantity string, kept as
+// written (see Resources).
+func (p *Persistence) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Mode             string   `json:"mode"`
+		Size             quantity `json:"size"`
+		StorageClassName string   `json:"storageClassName"`
+		Reclaim          string   `json:"reclaim"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*p = Persistence{Mode: w.Mode, Size: string(w.Size), StorageClassName: w.StorageClassName, Reclaim: w.Reclaim}
+	return nil
+}
+
+// Durable reports whether the servers keep their data on a volume (a mode other than None).
+func (p Persistence) Durable() bool { return p.Mode != "" && p.Mode != PersistenceNone }
+
+// IsZero reports a persistence with nothing set; such a field is stored as nothing at all.
+func (p Persistence) IsZero() bool { return p == Persistence{} }
