@@ -7,11 +7,11 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gomomento/valkey-operator/internal/valkeycli"
 	"github.com/valkey-io/valkey-go"
 )
 
@@ -20,7 +20,7 @@ import (
 func clusterCheck(addr, password string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "valkey-cli", "--cluster", "check", addr, "-a", password, "--no-auth-warning").CombinedOutput()
+	out, err := valkeycli.Command(ctx, password, "--cluster", "check", addr).CombinedOutput()
 	return string(out), err
 }
 

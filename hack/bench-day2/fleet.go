@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/internal/valkeycli"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 )
@@ -286,7 +286,7 @@ func (b *bench) newShardKeys(ctx context.Context, cluster, password string) (int
 		if n.Shard != 3 || ip == "" {
 			continue
 		}
-		out, err := exec.CommandContext(ctx, "valkey-cli", "-h", ip, "-a", password, "--no-auth-warning", "DBSIZE").Output()
+		out, err := valkeycli.Command(ctx, password, "-h", ip, "DBSIZE").Output()
 		if err != nil {
 			continue // not serving yet
 		}

@@ -6,13 +6,13 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gomomento/valkey-operator/internal/promscrape"
+	"github.com/gomomento/valkey-operator/internal/valkeycli"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 )
 
@@ -111,7 +111,7 @@ func commandCalls(ctx context.Context, servers []fleetServer) (map[string]float6
 			defer func() { <-sem }()
 			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(cctx, "valkey-cli", "-h", s.addr, "--user", "operator", "--pass", s.password, "--no-auth-warning", "INFO", "commandstats")
+			cmd := valkeycli.Command(cctx, s.password, "-h", s.addr, "--user", "operator", "INFO", "commandstats")
 			text, err := cmd.Output()
 			if err != nil {
 				errs <- fmt.Errorf("INFO commandstats on %s: %w", s.addr, err)

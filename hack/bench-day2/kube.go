@@ -20,6 +20,7 @@ import (
 	"github.com/gomomento/valkey-operator/internal/kubectl"
 	"github.com/gomomento/valkey-operator/internal/operatorproc"
 	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/internal/valkeycli"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
@@ -339,6 +340,6 @@ func balanced(view []model.ClusterNode, n int) (bool, string) {
 func clusterCheck(ctx context.Context, addr, password string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "valkey-cli", "--cluster", "check", addr, "-a", password, "--no-auth-warning").CombinedOutput()
+	out, err := valkeycli.Command(ctx, password, "--cluster", "check", addr).CombinedOutput()
 	return string(out), err
 }

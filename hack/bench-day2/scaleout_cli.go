@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/internal/valkeycli"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
@@ -122,12 +122,11 @@ func scaleoutCLI(ctx context.Context, shape serverShape, pipeline int) (float64,
 	t0 := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, *scaleTimeout)
 	// As the operator's user, as the operator itself moves slots: the default user may not.
-	cliArgs := []string{"--no-auth-warning", "--user", model.OperatorUser, "--pass", cliOperatorPassword,
-		"--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-masters"}
+	cliArgs := []string{"--user", model.OperatorUser, "--cluster", "rebalance", all[0].Addr, "--cluster-use-empty-masters"}
 	if pipeline > 0 {
 		cliArgs = append(cliArgs, "--cluster-pipeline", strconv.Itoa(pipeline))
 	}
-	out, err := exec.CommandContext(rctx, "valkey-cli", cliArgs...).CombinedOutput()
+	out, err := valkeycli.Command(rctx, cliOperatorPassword, cliArgs...).CombinedOutput()
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("valkey-cli --cluster rebalance: %v: %s", err, lastLines(string(out), 5))

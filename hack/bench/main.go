@@ -34,6 +34,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/poll"
+	"github.com/gomomento/valkey-operator/internal/valkeycli"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
@@ -273,7 +274,7 @@ func bootstrapOurs(ctx context.Context, image string) (time.Duration, error) {
 }
 
 func cliArgs(args ...string) []string {
-	return append([]string{"--no-auth-warning", "--user", model.OperatorUser, "--pass", operatorPassword}, args...)
+	return append([]string{"--user", model.OperatorUser}, args...)
 }
 
 func bootstrapCLI(ctx context.Context, image string) (time.Duration, error) {
@@ -288,7 +289,7 @@ func bootstrapCLI(ctx context.Context, image string) (time.Duration, error) {
 	}
 	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
 	start := time.Now()
-	if out, err := exec.CommandContext(ctx, "valkey-cli", cliArgs(args...)...).CombinedOutput(); err != nil {
+	if out, err := valkeycli.Command(ctx, operatorPassword, cliArgs(args...)...).CombinedOutput(); err != nil {
 		return 0, fmt.Errorf("valkey-cli --cluster create: %v: %s", err, out)
 	}
 	if err := c.waitHealthy(ctx, c.nodes, 3, nil); err != nil {

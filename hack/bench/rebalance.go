@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
+	"github.com/gomomento/valkey-operator/internal/valkeycli"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
@@ -66,9 +67,10 @@ func cliRebalance(extraFlag string, pipeline int) rebalancer {
 		}
 		var cmd *exec.Cmd
 		if c.image == harness.Image() {
-			cmd = exec.CommandContext(ctx, "valkey-cli", args...)
+			cmd = valkeycli.Command(ctx, operatorPassword, args...)
 		} else {
-			cmd = exec.CommandContext(ctx, "docker", append([]string{"run", "--rm", "--network", c.env.Network.Name, c.image, "valkey-cli"}, args...)...)
+			cmd = exec.CommandContext(ctx, "docker", append([]string{"run", "--rm", "-e", valkeycli.AuthEnv, "--network", c.env.Network.Name, c.image, "valkey-cli"}, args...)...)
+			cmd.Env = valkeycli.Env(operatorPassword)
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return valkeyops.MoveStats{}, fmt.Errorf("valkey-cli --cluster rebalance: %v: %s", err, lastLines(string(out), 5))
