@@ -30,8 +30,9 @@ import (
 )
 
 // The Active phase driven through topology changes: the real manager on a real
-// kube-apiserver, Valkey played by the scripted model (scripted_test.go), pods by a small
-// kubelet that also stands in for the garbage collector.
+// kube-apiserver, Valkey played by the day-2 fakes of the topology ports (fakes_day2_test.go,
+// their outcomes and refusals; valkeyops' commands are tested on real servers in
+// integration/), pods by a small kubelet that also stands in for the garbage collector.
 //
 // These tests run a control plane of their own rather than the suite's: the suite's manager
 // reconciles every namespace, so a second manager there would race it for the same clusters,
@@ -72,8 +73,9 @@ func TestActivePhase(t *testing.T) {
 // testScaleShards: 2→3 and 3→2 shards happen one action at a time (CreateNodes, Join,
 // Rebalance, MarkActive; then Rebalance draining the departing primary, MarkLeaving, Remove
 // and Delete of each departing node), no action twice, while the cluster reports Active
-// with no targetSpec at every change the API server shows; the slots end balanced, every
-// key on its owner; between the two, a converged cluster makes no write at all.
+// with no targetSpec at every change the API server shows; the slots end balanced (the keys
+// going with them is integration's TestScaleOutAndIn); between the two, a converged cluster
+// makes no write at all.
 func testScaleShards(t *testing.T, e *day2Env) {
 	key := e.createCluster(t, "scale", 2, 1)
 	e.waitConverged(t, key, 2, 1)
@@ -248,7 +250,7 @@ func testScaleReplicas(t *testing.T, e *day2Env) {
 // it Leaving and creates its replacement, then waits: a majority of primaries survives, so
 // Valkey's own failover must promote its replica, and the operator neither takes over nor
 // forgets the dead ID while that ID still owns slots, not even once its peers flag it
-// failed. After the scripted failover the dead ID is forgotten everywhere, the dead node
+// failed. After Valkey's own failover the dead ID is forgotten everywhere, the dead node
 // deleted, and the replacement replicates the promoted primary.
 func testLostPrimary(t *testing.T, e *day2Env) {
 	key := e.createCluster(t, "lost", 3, 1)
@@ -417,7 +419,8 @@ func testResumeNodesWithoutPods(t *testing.T, e *day2Env) {
 
 // testResumeOpenSlots: the operator stops in the middle of the scale-out's Rebalance, a chunk
 // of slots left MIGRATING on their source and IMPORTING on the new primary. A fresh one
-// finishes the move and the scale: every slot closed, balanced, every key on its owner.
+// finishes the move and the scale: every slot closed, balanced (that the keys follow the
+// slots is integration's TestRebalanceResumesAfterInterruption, on real servers).
 func testResumeOpenSlots(t *testing.T, e *day2Env) {
 	key := e.createCluster(t, "resume-slots", 2, 1)
 	first := e.startManager(t)
@@ -460,7 +463,7 @@ func testResumeOpenSlots(t *testing.T, e *day2Env) {
 	states.assertActive(t)
 }
 
-// testLongMove: cluster A scales out and its Rebalance is held inside the model for as long
+// testLongMove: cluster A scales out and its Rebalance is held by the recording ports for as long
 // as the test wants. Meanwhile A's reconciles keep ending (passes are counted, each one
 // waiting for the move without starting anything else) and cluster B, under the same
 // manager, scales out from start to finish, its own Rebalance included. Once the move is
@@ -536,7 +539,7 @@ type rolling struct {
 	states  *stateLog
 }
 
-// beginRoll notes the converged shards × 1 cluster as it is, has the model check from now
+// beginRoll notes the converged shards × 1 cluster as it is, has the servers check from now
 // on that no shard ever has fewer than two synced members, and edits the cluster's
 // ValkeyConfig.
 func (e *day2Env) beginRoll(t *testing.T, key types.NamespacedName, shards int) *rolling {

@@ -43,7 +43,7 @@ func hashHex(s string) string {
 
 // The suite runs the real manager (reconciler.NewManager) against a real kube-apiserver
 // from envtest. There is no kubelet: a small loop below plays one by writing pod status,
-// and Valkey is the scripted fakeValkey.
+// and Valkey is fakeValkey, one fake per port.
 var (
 	cfg     *rest.Config
 	k8s     client.Client // direct, uncached: what the tests observe is what the API server has
