@@ -338,16 +338,16 @@ func (c *day2Cluster) Replicate(_ context.Context, nodes []model.Node, name stri
 // Rebalance first finishes every slot left open (moved on to the importing side when both
 // ends answer, else closed where it is), then moves slots as model.PlanRebalance plans them
 // from the live layout: an even share on one primary per shard not leaving. Refused: a node
-// that does not answer or reports the cluster failing, no primary left to hold slots.
+// that does not answer or reports the cluster failing (valkeyops waits for it, then gives up:
+// ErrNotConverged), no primary left to hold slots.
 func (c *day2Cluster) Rebalance(_ context.Context, nodes []model.Node, leaving []string) (valkeyops.MoveStats, error) {
 	var moved valkeyops.MoveStats
 	err := c.act(nodes, func(snap *model.Snapshot) error {
+		// valkeyops waits (bounded) for every node to answer and report ok, and then gives up.
 		for _, st := range snap.Nodes {
-			if !st.Reachable {
-				return model.NewOpError(st.Name, "rebalance-precheck", fmt.Errorf("%w: %v", model.ErrUnreachable, st.Err))
-			}
-			if !st.ClusterOK() {
-				return model.NewOpError(st.Name, "rebalance-precheck", fmt.Errorf("%w: cluster_state is %q", model.ErrUnsafe, st.ClusterState))
+			if !st.Reachable || !st.ClusterOK() {
+				return model.NewOpError(st.Name, "rebalance-precheck", fmt.Errorf("%w (last: reachable=%v, cluster_state is %q: moving now is unsafe)",
+					model.ErrNotConverged, st.Reachable, st.ClusterState))
 			}
 		}
 		moved.Slots = c.finishOpen(snap)
