@@ -118,22 +118,15 @@ func (e *day2Env) runKubelet(ctx context.Context) {
 		name    string
 	}
 	running := map[types.UID]podRef{}
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	everyTick(ctx, 20*time.Millisecond, func() {
 		// Pods before nodes: a listed pod's node existed before the pod did.
 		pods := &corev1.PodList{}
 		if err := e.c.List(ctx, pods, client.MatchingLabels{render.LabelManagedBy: render.ManagedBy}); err != nil {
-			continue
+			return
 		}
 		nodes := views.NewNodeListObject()
 		if err := e.c.List(ctx, nodes); err != nil {
-			continue
+			return
 		}
 		owners := map[types.UID]bool{}
 		for i := range nodes.Items {
@@ -152,11 +145,7 @@ func (e *day2Env) runKubelet(ctx context.Context) {
 			}
 			n := e.ips.Add(1)
 			ip := fmt.Sprintf("10.%d.%d.%d", 200+n/65536, (n/256)%256, n%256)
-			now := metav1.Now()
-			pod.Status = corev1.PodStatus{
-				Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &now,
-				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
-			}
+			pod.Status = runningStatus(ip)
 			if err := e.c.Status().Update(ctx, pod); err != nil {
 				continue
 			}
@@ -171,7 +160,7 @@ func (e *day2Env) runKubelet(ctx context.Context) {
 				delete(running, uid)
 			}
 		}
-	}
+	})
 }
 
 // ---- objects ------------------------------------------------------------------------------

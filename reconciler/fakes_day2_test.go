@@ -312,15 +312,13 @@ func (c *day2Cluster) Replicate(_ context.Context, nodes []model.Node, name stri
 		if r == nil || !r.Reachable {
 			return model.NewOpError(name, "replicate", model.ErrUnreachable)
 		}
-		var p *model.NodeState
-		for _, st := range snap.Primaries() {
-			if st.Shard == shard && st.Name != name && len(st.Slots) > 0 {
-				p = st
-			}
-		}
-		if p == nil {
+		holders := slices.DeleteFunc(snap.Primaries(), func(st *model.NodeState) bool {
+			return st.Shard != shard || st.Name == name || len(st.Slots) == 0
+		})
+		if len(holders) == 0 {
 			return model.NewOpError(name, "replicate", fmt.Errorf("%w: shard %d has no slot-holding primary", model.ErrInvalidSpec, shard))
 		}
+		p := holders[len(holders)-1]
 		if r.PrimaryID == p.ID {
 			return nil
 		}
@@ -506,25 +504,23 @@ func (c *day2Cluster) gracefulFailover(r *day2Server) error {
 // majority of the slot-holding primaries, its own primary's not counted (it is gone); without
 // them the replica never turns primary and valkeyops' wait gives up (ErrNotConverged).
 func (c *day2Cluster) ForceFailover(_ context.Context, nodes []model.Node, replica string) error {
-	return c.act(nodes, func(snap *model.Snapshot) error {
-		r, err := named(snap, replica, "force-failover")
-		if err != nil || r.Role == model.RolePrimary {
-			return err
-		}
-		if votes, holders := c.votes(r.PrimaryID, func(*day2Server) bool { return true }); 2*votes <= holders {
-			return model.NewOpError("", "force-failover-wait", fmt.Errorf("%w: %d of %d primaries can vote", model.ErrNotConverged, votes, holders))
-		}
-		c.promote(c.byAddr[r.Addr])
-		return nil
-	})
+	return c.promoteNamed(nodes, replica, "force-failover", true)
 }
 
 // Takeover promotes a replica without a vote; nothing for a primary.
 func (c *day2Cluster) Takeover(_ context.Context, nodes []model.Node, replica string) error {
+	return c.promoteNamed(nodes, replica, "takeover", false)
+}
+
+// promoteNamed promotes replica (elected by the primaries when vote), nothing for a primary.
+func (c *day2Cluster) promoteNamed(nodes []model.Node, replica, step string, vote bool) error {
 	return c.act(nodes, func(snap *model.Snapshot) error {
-		r, err := named(snap, replica, "takeover")
+		r, err := named(snap, replica, step)
 		if err != nil || r.Role == model.RolePrimary {
 			return err
+		}
+		if votes, holders := c.votes(r.PrimaryID, func(*day2Server) bool { return true }); vote && 2*votes <= holders {
+			return model.NewOpError("", step+"-wait", fmt.Errorf("%w: %d of %d primaries can vote", model.ErrNotConverged, votes, holders))
 		}
 		c.promote(c.byAddr[r.Addr])
 		return nil
