@@ -217,13 +217,7 @@ func (c *day2Cluster) openFirstMove(nodes []model.Node, leaving []string, n int)
 	if err != nil {
 		return 0
 	}
-	owned := map[string][]model.SlotRange{}
-	for _, p := range snap.Primaries() {
-		if len(p.Slots) > 0 {
-			owned[p.ID] = p.Slots
-		}
-	}
-	moves, err := model.PlanRebalance(owned, rebalanceTargets(snap, leaving))
+	moves, err := planMoves(snap, leaving)
 	if err != nil || len(moves) == 0 {
 		return 0
 	}

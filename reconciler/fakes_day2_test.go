@@ -350,19 +350,9 @@ func (c *day2Cluster) Rebalance(_ context.Context, nodes []model.Node, leaving [
 		}
 		moved.Slots = c.finishOpen(snap)
 		snap, _ = c.snapshot(nodes)
-		owned := map[string][]model.SlotRange{}
-		for _, p := range snap.Primaries() {
-			if len(p.Slots) > 0 {
-				owned[p.ID] = p.Slots
-			}
-		}
-		targets := rebalanceTargets(snap, leaving)
-		if len(targets) == 0 {
-			return model.NewOpError("", "plan", fmt.Errorf("%w: no primary left to hold slots", model.ErrInvalidSpec))
-		}
-		moves, err := model.PlanRebalance(owned, targets)
+		moves, err := planMoves(snap, leaving)
 		if err != nil {
-			return model.NewOpError("", "plan", err)
+			return err
 		}
 		for _, mv := range moves {
 			for _, slot := range model.ExpandSlots(mv.Slots) {
@@ -403,6 +393,23 @@ func (c *day2Cluster) finishOpen(snap *model.Snapshot) int {
 		s.importing, s.migrating = map[int]string{}, map[int]string{}
 	}
 	return moved
+}
+
+// planMoves is the moves a Rebalance of snap's servers makes: model.PlanRebalance from the
+// primaries' slots to rebalanceTargets. Refused: no primary left to hold slots.
+func planMoves(snap *model.Snapshot, leaving []string) ([]model.Move, error) {
+	owned := map[string][]model.SlotRange{}
+	for _, p := range snap.Primaries() {
+		if len(p.Slots) > 0 {
+			owned[p.ID] = p.Slots
+		}
+	}
+	targets := rebalanceTargets(snap, leaving)
+	if len(targets) == 0 {
+		return nil, model.NewOpError("", "plan", fmt.Errorf("%w: no primary left to hold slots", model.ErrInvalidSpec))
+	}
+	moves, err := model.PlanRebalance(owned, targets)
+	return moves, model.NewOpError("", "plan", err)
 }
 
 // rebalanceTargets is valkeyops' choice of who holds slots after a Rebalance: per shard, the
