@@ -21,8 +21,8 @@ import (
 // and the replication login of the mounted replication.conf ({cluster}-auth) as the API server
 // has them when the fake first meets the server — and then whatever ApplyACL and
 // SyncReplicationAuth set. Like a real server it refuses (WRONGPASS) a login whose password its
-// operator user does not accept, and an ACL that valkeyops would reject. scriptedValkey's
-// clusters get the same servers, from its fallback fakeValkey. The files are read from the
+// operator user does not accept, and an ACL that valkeyops would reject. The Active-phase
+// tests' clusters get the same servers, from day2Valkey's base fakeValkey. The files are read from the
 // suite's API server: a cluster on another control plane (TestActivePhase's own) cannot boot,
 // so its servers read as unreadable and the live credentials step leaves them alone.
 
@@ -109,7 +109,7 @@ type fakeCredentials struct {
 }
 
 // login checks the client's password against the server's operator user, as AUTH would.
-// Clients whose password the fake does not know (scriptedValkey's) are let in. c.a.mu must
+// Clients whose password the fake does not know (the Active-phase tests') are let in. c.a.mu must
 // be held.
 func (c *fakeCredentials) login(s *fakeAuthServer) error {
 	pw := c.a.wire.lastCredentials(c.key).Password

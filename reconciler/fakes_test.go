@@ -41,17 +41,10 @@ func (k *fakeKubelet) pause(ns string, on bool) {
 }
 
 func (k *fakeKubelet) run(ctx context.Context, c client.Client) {
-	t := time.NewTicker(100 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	everyTick(ctx, 100*time.Millisecond, func() {
 		pods := &corev1.PodList{}
 		if err := c.List(ctx, pods, client.MatchingLabels{render.LabelManagedBy: render.ManagedBy}); err != nil {
-			continue
+			return
 		}
 		for i := range pods.Items {
 			pod := &pods.Items[i]
@@ -62,19 +55,32 @@ func (k *fakeKubelet) run(ctx context.Context, c client.Client) {
 				continue
 			}
 			n := k.nextIP.Add(1)
-			now := metav1.Now()
-			pod.Status = corev1.PodStatus{
-				Phase:     corev1.PodRunning,
-				PodIP:     fmt.Sprintf("10.%d.%d.%d", 100+n/65536, (n/256)%256, n%256),
-				PodIPs:    nil,
-				StartTime: &now,
-				Conditions: []corev1.PodCondition{
-					{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
-				},
-			}
-			pod.Status.PodIPs = []corev1.PodIP{{IP: pod.Status.PodIP}}
+			pod.Status = runningStatus(fmt.Sprintf("10.%d.%d.%d", 100+n/65536, (n/256)%256, n%256))
 			_ = c.Status().Update(ctx, pod)
 		}
+	})
+}
+
+// everyTick calls fn every d until ctx ends.
+func everyTick(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}
+
+// runningStatus is what a kubelet reports of a pod it runs at ip: Running and Ready.
+func runningStatus(ip string) corev1.PodStatus {
+	now := metav1.Now()
+	return corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}, StartTime: &now,
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
 	}
 }
 

@@ -68,11 +68,12 @@ func (t *fakeTopology) Bootstrap(_ context.Context, nodes []model.Node, shards i
 	return nil
 }
 
-// The day-2 commands are not scripted yet: the suite's clusters converge and never need
-// them, so any call is a write the tests can see (and fail on).
+// The day-2 calls are served by the day-2 fakes of TestActivePhase (fakes_day2_test.go), not
+// here: the suite's clusters converge and never need them, so any call is a write the tests
+// can see (and fail on).
 func (t *fakeTopology) write() error {
 	t.s.wire.write(t.key)
-	return fmt.Errorf("fake: day-2 command not scripted")
+	return fmt.Errorf("fake: a day-2 call in the suite (TestActivePhase's day-2 fakes serve those)")
 }
 
 // Settle succeeds on a formed cluster that is not blocked, as CONFIG SET on reachable

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/internal/testenv"
 	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
@@ -28,7 +29,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"crypto/sha256"
@@ -43,7 +43,7 @@ func hashHex(s string) string {
 
 // The suite runs the real manager (reconciler.NewManager) against a real kube-apiserver
 // from envtest. There is no kubelet: a small loop below plays one by writing pod status,
-// and Valkey is the scripted fakeValkey.
+// and Valkey is fakeValkey, one fake per port.
 var (
 	cfg     *rest.Config
 	k8s     client.Client // direct, uncached: what the tests observe is what the API server has
@@ -63,24 +63,15 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: point it at bin/controlplane (etcd, kube-apiserver)")
-		return 1
-	}
 	ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.Level(zapLevel())))
-	defs, err := crds.Definitions()
+	start := time.Now()
+	env, stop, err := testenv.Run()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{CRDs: defs, ErrorIfCRDPathMissing: true}
-	start := time.Now()
-	cfg, err = env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "starting envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
+	defer stop()
+	cfg = env.Config
 	fmt.Printf("envtest control plane up in %s\n", time.Since(start).Round(time.Millisecond))
 
 	k8s, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme})

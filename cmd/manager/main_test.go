@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomomento/valkey-operator/crds"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/internal/testenv"
 	"github.com/gomomento/valkey-operator/reconciler/settings"
@@ -29,7 +28,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 var (
@@ -41,45 +39,14 @@ var (
 func TestMain(m *testing.M) { os.Exit(suite(m)) }
 
 func suite(m *testing.M) int {
-	assets := testenv.AssetsDir()
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		fmt.Fprintf(os.Stderr, "no control plane in %s (make controlplane, or set KUBEBUILDER_ASSETS): %v\n", assets, err)
-		return 1
-	}
-	defs, err := crds.Definitions()
+	env, stop, err := testenv.Run()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	env := &envtest.Environment{CRDs: defs, BinaryAssetsDirectory: assets}
-	cfg, err = env.Start()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
-		return 1
-	}
-	defer func() { _ = env.Stop() }()
+	defer stop()
+	cfg, kubeconfig = env.Config, env.Kubeconfig
 	if k8s, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	user, err := env.AddUser(envtest.User{Name: "operator-test", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	raw, err := user.KubeConfig()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	dir, err := os.MkdirTemp("", "manager-test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(kubeconfig, raw, 0o600); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -1,9 +1,11 @@
 // Package testenv starts a real kube-apiserver and etcd (the binaries `make controlplane`
 // builds into bin/controlplane) through controller-runtime's envtest, with the project's
-// CRDs installed, for tests that need a real API server.
+// CRDs installed, for tests that need a real API server. It is the one way every suite
+// starts one: Start for a test, Run for a TestMain.
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -34,35 +36,71 @@ func AssetsDir() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "bin", "controlplane")
 }
 
-// Start brings up etcd and kube-apiserver with every CRD installed and Established, and stops
-// them when the test ends. A missing binary fails the test: a skipped suite must not pass for a
-// green one.
-func Start(t testing.TB) *Env {
-	t.Helper()
+// Run brings up etcd and kube-apiserver with every CRD installed and Established, and returns
+// the function that stops them (and removes the kubeconfig). A missing binary is an error
+// that says how to build it: a skipped suite must not pass for a green one. Run leaves
+// controller-runtime's logger to the caller.
+func Run() (*Env, func(), error) {
 	dir := AssetsDir()
 	for _, bin := range []string{"etcd", "kube-apiserver"} {
-		_, err := os.Stat(filepath.Join(dir, bin))
-		require.NoErrorf(t, err, "control-plane binary %s missing in %s: run `make controlplane`", bin, dir)
+		if _, err := os.Stat(filepath.Join(dir, bin)); err != nil {
+			return nil, nil, fmt.Errorf("control-plane binary %s missing in %s: run `make controlplane` (or set KUBEBUILDER_ASSETS): %w", bin, dir, err)
+		}
 	}
-	log.SetLogger(logr.Discard())
 	defs, err := crds.Definitions()
-	require.NoError(t, err)
-
+	if err != nil {
+		return nil, nil, err
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory:    dir,
 		CRDs:                     defs,
 		AttachControlPlaneOutput: os.Getenv("TESTENV_VERBOSE") != "",
 	}
 	cfg, err := env.Start()
-	require.NoError(t, err, "starting envtest control plane")
-	t.Cleanup(func() { _ = env.Stop() })
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting envtest control plane: %w", err)
+	}
+	tmp, err := os.MkdirTemp("", "testenv")
+	stop := func() {
+		_ = env.Stop()
+		if tmp != "" {
+			_ = os.RemoveAll(tmp)
+		}
+	}
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	path, err := writeKubeconfig(env, tmp)
+	if err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return &Env{Config: cfg, Kubeconfig: path}, stop, nil
+}
 
+// writeKubeconfig writes a kubeconfig of an admin user into dir.
+func writeKubeconfig(env *envtest.Environment, dir string) (string, error) {
 	user, err := env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
-	require.NoError(t, err)
+	if err != nil {
+		return "", err
+	}
 	raw, err := user.KubeConfig()
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, raw, 0o600)
+}
 
-	return &Env{Config: cfg, Kubeconfig: path}
+// Start is Run for one test: the control plane stops when the test ends, and a failure to
+// start fails the test. controller-runtime's logs are discarded, unless the caller set its
+// logger first (the first one set stays).
+func Start(t testing.TB) *Env {
+	t.Helper()
+	log.SetLogger(logr.Discard())
+	env, stop, err := Run()
+	require.NoError(t, err)
+	t.Cleanup(stop)
+	return env
 }
