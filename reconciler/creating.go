@@ -256,9 +256,9 @@ func (r *Reconciler) createNodeConfig(ctx context.Context, n views.Node, owner m
 	return nil
 }
 
-// observeForming connects to and observes the servers of a cluster being formed once every
-// node's pod is ready: until then the planner waits for the pods, and dialling the servers
-// that are up would only be work done again.
+// observeForming connects to and observes the servers of a cluster being formed once it has
+// nodes and every node's pod is ready: until then the planner creates nodes or waits for the
+// pods, and dialling the servers that are up would only be work done again.
 func (r *Reconciler) observeForming(ctx context.Context, p *pass) *outcome {
 	p.members = nil
 	for _, n := range p.nodes {
@@ -268,7 +268,7 @@ func (r *Reconciler) observeForming(ctx context.Context, p *pass) *outcome {
 			}
 		}
 	}
-	if len(p.members) < len(p.nodes) {
+	if len(p.nodes) == 0 || len(p.members) < len(p.nodes) {
 		return nil
 	}
 	if out := r.connect(ctx, p); out != nil {
