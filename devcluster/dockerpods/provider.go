@@ -56,6 +56,10 @@ type Shared struct {
 	// APIServer is the API server's address on the pod network, given to every
 	// container as KUBERNETES_SERVICE_HOST/PORT (see podenv.Facts).
 	APIServer netip.AddrPort
+	// FinishResize, when set, completes a pending expansion of a claim's volume
+	// before the volume is mounted, as a kubelet's NodeExpand does (see
+	// hostvolumes.Config.FinishResize).
+	FinishResize func(context.Context, *corev1.PersistentVolumeClaim, *corev1.PersistentVolume) error
 }
 
 // Provider runs the pods of one Node.

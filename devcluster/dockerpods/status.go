@@ -20,6 +20,7 @@ type podState struct {
 	startDone chan struct{}     // closed when startPod returns
 	volMu     sync.Mutex        // serialises syncVolumes
 	volHash   map[string]string // volume name -> hash of the last payload written
+	claimDirs map[string]string // volume name -> host directory of its claim's volume; under volMu
 	pubMu     sync.Mutex        // orders status notifications (see Provider.publish)
 
 	mu        sync.Mutex
@@ -50,7 +51,7 @@ type ctrState struct {
 }
 
 func newPodState(key string, pod *corev1.Pod, ip, hostIP netip.Addr, dir string) *podState {
-	st := &podState{key: key, pod: pod, ip: ip, hostIP: hostIP, dir: dir, volHash: map[string]string{}, startDone: make(chan struct{}),
+	st := &podState{key: key, pod: pod, ip: ip, hostIP: hostIP, dir: dir, volHash: map[string]string{}, claimDirs: map[string]string{}, startDone: make(chan struct{}),
 		foreign: foreignConditions(pod.Status.Conditions)}
 	for _, c := range pod.Spec.Containers {
 		st.ctrs = append(st.ctrs, &ctrState{

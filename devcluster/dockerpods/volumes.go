@@ -59,6 +59,17 @@ func (p *Provider) syncVolumes(ctx context.Context, st *podState) error {
 	owner := volumeOwner(pod)
 	for _, v := range pod.Spec.Volumes {
 		dir := st.volumeDir(v.Name)
+		if v.PersistentVolumeClaim != nil {
+			if _, ok := st.claimDirs[v.Name]; ok {
+				continue
+			}
+			dir, err := p.claimDir(ctx, pod, v.PersistentVolumeClaim)
+			if err != nil {
+				return fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			st.claimDirs[v.Name] = dir
+			continue
+		}
 		if v.EmptyDir != nil {
 			if _, err := os.Stat(dir); err == nil {
 				continue
@@ -162,7 +173,7 @@ func (p *Provider) volumeFiles(ctx context.Context, st *podState, pod *corev1.Po
 			files = append(files, part...)
 		}
 		return files, nil
-	case v.HostPath != nil, v.EmptyDir != nil:
+	case v.HostPath != nil, v.EmptyDir != nil, v.PersistentVolumeClaim != nil:
 		return nil, nil
 	}
 	return nil, fmt.Errorf("volume kind not supported by the dev kubelet")
@@ -302,6 +313,15 @@ func (p *Provider) binds(st *podState, pod *corev1.Pod, c *corev1.Container) ([]
 		switch {
 		case v.HostPath != nil:
 			src = v.HostPath.Path
+		case v.PersistentVolumeClaim != nil:
+			st.volMu.Lock()
+			dir, ok := st.claimDirs[v.Name]
+			st.volMu.Unlock()
+			if !ok {
+				return nil, fmt.Errorf("volume %s: claim %s not resolved yet", v.Name, v.PersistentVolumeClaim.ClaimName)
+			}
+			src = dir
+			readOnly = readOnly || v.PersistentVolumeClaim.ReadOnly
 		case v.EmptyDir != nil:
 		default:
 			readOnly = true // projected files are always read-only, as in a kubelet
@@ -311,12 +331,20 @@ func (p *Provider) binds(st *podState, pod *corev1.Pod, c *corev1.Container) ([]
 				return nil, fmt.Errorf("invalid subPath %q", m.SubPath)
 			}
 			src = filepath.Join(src, m.SubPath)
-			if v.EmptyDir != nil {
+			switch {
+			case v.EmptyDir != nil:
 				if err := os.MkdirAll(src, 0o777); err != nil {
 					return nil, err
 				}
-			} else if resolved, err := filepath.EvalSymlinks(src); err == nil {
-				src = resolved // a subPath of a projected volume is a snapshot, as in Kubernetes
+			case v.PersistentVolumeClaim != nil:
+				// Created as a kubelet does; the fsGroup'd root's setgid bit gives it the group.
+				if err := os.MkdirAll(src, 0o770); err != nil {
+					return nil, err
+				}
+			default:
+				if resolved, err := filepath.EvalSymlinks(src); err == nil {
+					src = resolved // a subPath of a projected volume is a snapshot, as in Kubernetes
+				}
 			}
 		}
 		bind := src + ":" + m.MountPath
