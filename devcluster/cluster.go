@@ -5,8 +5,9 @@
 // private bridge network. `make dev` and the e2e tests both use it.
 //
 // All state (certificates, kubeconfigs, etcd data, logs, pid files, pod
-// volumes) lives in one directory, .dev/ by default, and every Docker object
-// carries the instance's labels, so Down leaves nothing behind.
+// volumes, the loop-mounted images of persistent volumes) lives in one
+// directory, .dev/ by default, and every Docker object carries the instance's
+// labels, so Down leaves nothing behind.
 package devcluster
 
 import (
@@ -27,6 +28,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/devcluster/controlplane"
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/devcluster/hostvolumes"
 	"github.com/gomomento/valkey-operator/devcluster/proc"
 )
 
@@ -115,6 +117,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	if err := grantNodes(ctx, kube); err != nil {
+		return nil, err
+	}
+	if err := ensureStorageClass(ctx, kube); err != nil {
 		return nil, err
 	}
 	// The controller manager's service-account controller would create this
@@ -217,7 +222,10 @@ func removeDockerAndState(ctx context.Context, o Options) error {
 		docker.Close()
 	}
 	if o.StateDir != "" {
-		if err := os.RemoveAll(o.StateDir); err != nil {
+		// Mounted volumes would make the removal fail (and leak their loop devices).
+		if err := hostvolumes.UnmountAll(volumesDir(o.StateDir)); err != nil {
+			errs = append(errs, err)
+		} else if err := os.RemoveAll(o.StateDir); err != nil {
 			errs = append(errs, err)
 		}
 	}

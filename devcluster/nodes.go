@@ -11,11 +11,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/gomomento/valkey-operator/devcluster/controlplane"
+	"github.com/gomomento/valkey-operator/devcluster/hostvolumes"
 	"github.com/gomomento/valkey-operator/devcluster/proc"
 	"github.com/gomomento/valkey-operator/devcluster/vknodes"
 	"github.com/gomomento/valkey-operator/internal/poll"
@@ -31,12 +33,14 @@ func NodesConfig(o Options, logger *slog.Logger) vknodes.Config {
 	return vknodes.Config{
 		Instance: o.Instance, Kubeconfig: filepath.Join(o.StateDir, "kubeconfigs", "nodes.kubeconfig"),
 		Nodes:   vknodes.DefaultSpecs(o.Nodes, o.Zones),
-		PodsDir: filepath.Join(o.StateDir, "pods"), FallbackImage: o.ValkeyImage,
+		PodsDir: filepath.Join(o.StateDir, "pods"), VolumesDir: volumesDir(o.StateDir), FallbackImage: o.ValkeyImage,
 		FallbackByMajor: map[string]string{"9": o.Valkey9Image},
 		ServingCertFile: filepath.Join(pk, "kubelet-serving.crt"), ServingKeyFile: filepath.Join(pk, "kubelet-serving.key"),
 		ClientCAFile: filepath.Join(pk, "ca.crt"), KubeletBasePort: o.KubeletBasePort, Logger: logger,
 	}
 }
+
+func volumesDir(stateDir string) string { return filepath.Join(stateDir, "volumes") }
 
 func nodesPidFile(stateDir string) string { return filepath.Join(stateDir, "pids", "nodes.pid") }
 
@@ -140,6 +144,12 @@ func grantNodes(ctx context.Context, kube kubernetes.Interface) error {
 			{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}},
 			{APIGroups: []string{""}, Resources: []string{"pods/status"}, Verbs: []string{"get", "update", "patch"}},
 			{APIGroups: []string{""}, Resources: []string{"configmaps", "secrets", "services"}, Verbs: []string{"get", "list", "watch"}},
+			// The dev kubelet mounts claims; the volume provisioner (hostvolumes) in the same
+			// process makes, grows and deletes their volumes.
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"patch"}},
+			{APIGroups: []string{""}, Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
 			{APIGroups: []string{""}, Resources: []string{"serviceaccounts/token"}, Verbs: []string{"create"}},
 			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
 			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
@@ -160,6 +170,24 @@ func grantNodes(ctx context.Context, kube kubernetes.Interface) error {
 	}
 	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create node ClusterRoleBinding: %w", err)
+	}
+	return nil
+}
+
+// ensureStorageClass makes the nodes' volume provisioner the cluster's default storage, so a
+// claim that names no class (as the operator's may) gets a real, size-limited volume.
+func ensureStorageClass(ctx context.Context, kube kubernetes.Interface) error {
+	sc := hostvolumes.StorageClass()
+	cur, err := kube.StorageV1().StorageClasses().Get(ctx, sc.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = kube.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})
+	} else if err == nil && !equality.Semantic.DeepEqual(cur.AllowVolumeExpansion, sc.AllowVolumeExpansion) {
+		// Only expansion may change on a class; the rest is immutable.
+		cur.AllowVolumeExpansion = sc.AllowVolumeExpansion
+		_, err = kube.StorageV1().StorageClasses().Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("storage class %s: %w", sc.Name, err)
 	}
 	return nil
 }

@@ -30,6 +30,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
 	"github.com/gomomento/valkey-operator/devcluster/dockerpods"
+	"github.com/gomomento/valkey-operator/devcluster/hostvolumes"
 	"github.com/gomomento/valkey-operator/devcluster/ipam"
 )
 
@@ -49,6 +50,8 @@ type Config struct {
 	Kubeconfig string // identity of the nodes
 	Nodes      []Spec
 	PodsDir    string
+	// VolumesDir holds the backing of the dev StorageClass's volumes (see hostvolumes).
+	VolumesDir string
 	// FallbackImage replaces images that are not present locally;
 	// FallbackByMajor overrides it by the tag's major version.
 	FallbackImage   string
@@ -125,10 +128,15 @@ func Run(ctx context.Context, cfg Config, ready chan<- struct{}) error {
 	if err != nil {
 		return err
 	}
+	// Volumes are mounted again before any pod can bind their directories.
+	volumes := hostvolumes.Config{Kube: kube, Dir: cfg.VolumesDir, Logger: logger}
+	if err := hostvolumes.Remount(ctx, volumes); err != nil {
+		return err
+	}
 	shared := &dockerpods.Shared{
 		Docker: docker, Instance: cfg.Instance, Network: netw, IPs: ips,
 		PodsDir: cfg.PodsDir, Kube: kube, FallbackImage: cfg.FallbackImage, FallbackByMajor: cfg.FallbackByMajor,
-		ResyncPeriod: time.Second, APIServer: apiServer,
+		ResyncPeriod: time.Second, APIServer: apiServer, FinishResize: volumes.FinishResize,
 	}
 	tlsCfg, err := kubeletTLS(cfg)
 	if err != nil {
@@ -138,7 +146,15 @@ func Run(ctx context.Context, cfg Config, ready chan<- struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(cfg.Nodes))
+	errs := make(chan error, len(cfg.Nodes)+1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := hostvolumes.Run(ctx, volumes); err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("volume provisioner: %w", err)
+			cancel()
+		}
+	}()
 	var nodes []*nodeutil.Node
 	for i, spec := range cfg.Nodes {
 		port := cfg.KubeletBasePort + i

@@ -69,6 +69,7 @@ kubeconfig=$(bin/devcluster up --quiet)
 export KUBECONFIG="$kubeconfig"
 say "cluster up; KUBECONFIG=$KUBECONFIG"
 kubectl get nodes -L topology.kubernetes.io/zone
+kubectl get storageclass
 
 # 3. CRDs, operator, examples.
 kubectl apply -f crds/ >/dev/null
