@@ -3,7 +3,10 @@
 // check env, args and mounted files as the container itself sees them.
 //
 // Protocol, one request line per connection: "ENV NAME", "ARGS", "CAT PATH",
-// "ID" (uid:gid). "devpod cat PATH" prints a file (for exec probes/tests).
+// "ID" (uid:gid), "PUT PATH TEXT" (writes a file, answers OK), "FILL PATH MIB"
+// (writes MIB MiB of zeros and syncs, answers OK or the error), "DF PATH"
+// (the filesystem's total and available bytes). "devpod cat PATH" prints a
+// file (for exec probes/tests).
 package main
 
 import (
@@ -84,5 +87,49 @@ func handle(c net.Conn) {
 		c.Write(b)
 	case "ID":
 		fmt.Fprintf(c, "%d:%d", os.Getuid(), os.Getgid())
+	case "PUT":
+		path, text, _ := strings.Cut(arg, " ")
+		answer(c, os.WriteFile(path, []byte(text), 0o644))
+	case "FILL":
+		path, n, _ := strings.Cut(arg, " ")
+		var mib int
+		fmt.Sscan(n, &mib)
+		answer(c, fill(path, mib))
+	case "DF":
+		var fs syscall.Statfs_t
+		if err := syscall.Statfs(arg, &fs); err != nil {
+			answer(c, err)
+			return
+		}
+		fmt.Fprintf(c, "%d %d", fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize))
 	}
+}
+
+func answer(c net.Conn, err error) {
+	if err != nil {
+		fmt.Fprint(c, "ERR ", err)
+		return
+	}
+	fmt.Fprint(c, "OK")
+}
+
+// fill writes mib MiB to path and syncs it, so a full filesystem shows as an error here
+// rather than later.
+func fill(path string, mib int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	chunk := make([]byte, 1<<20)
+	for range mib {
+		if _, err := f.Write(chunk); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
