@@ -298,7 +298,11 @@ func (c *controller) provision(ctx context.Context, claim *corev1.PersistentVolu
 			}}}},
 		},
 	}
-	if _, err := c.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	_, err := c.Kube.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil // made by an earlier sync the volume cache had not seen yet
+	}
+	if err != nil {
 		c.recorder.Eventf(claim, corev1.EventTypeWarning, "ProvisioningFailed", "create volume %s: %v", pvName, err)
 		return err
 	}
