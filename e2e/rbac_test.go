@@ -101,6 +101,14 @@ func TestOperatorPodPolicy(t *testing.T) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 				Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}})
 		}, "may only mount configMap, secret and emptyDir volumes"},
+		{"its own data claim", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "claim", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: p.Name + "-data"}}})
+		}, ""},
+		{"another pod's claim", func(p *corev1.Pod) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "claim", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "someone-elses"}}})
+		}, "their own data claim"},
 		{"a hostPath volume", func(p *corev1.Pod) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
 		}, "may only mount configMap, secret and emptyDir volumes"},
@@ -146,6 +154,19 @@ func TestOperatorPodPolicy(t *testing.T) {
 			assert.NoError(t, err, "the admin's pod: %s", out)
 		})
 	}
+	t.Run("deleting someone else's pod", func(t *testing.T) {
+		pod := operatorPod(n.name)
+		pod.Name, pod.Labels = "users-own", map[string]string{"app": "users-own"}
+		b, err := json.Marshal(pod)
+		require.NoError(t, err)
+		out, err := kubectlRun(string(b), "create", "-f", "-", "-n", n.name)
+		require.NoError(t, err, out)
+		out, err = asOperator("", n.name, "delete", "pod", "users-own", "--dry-run=server")
+		if assert.Error(t, err, "deleted: %s", out) {
+			assert.Contains(t, err.Error(), "ValidatingAdmissionPolicy 'valkey-operator-deletes'")
+			assert.Contains(t, err.Error(), "may only delete its own pods")
+		}
+	})
 }
 
 // TestOperatorObjectPolicy: the operator's ServiceAccount may create and change its own
@@ -175,6 +196,14 @@ func TestOperatorObjectPolicy(t *testing.T) {
 			[]string{"patch", "configmap", "valkey-operator-identity", "--type=merge", "-p", `{"data":{"serviceAccountName":"nobody"}}`, "--dry-run=server"}, "may only create or change its own configmaps"},
 		{"a NodePort Service", fmt.Sprintf(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"np","labels":%s},"spec":{"type":"NodePort","ports":[{"port":6379}]}}`, labels), n.name,
 			[]string{"create", "--dry-run=server", "-f", "-"}, "only write ClusterIP Services without externalIPs"},
+		{"its own data claim", fmt.Sprintf(`{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c-abcde-data","labels":%s},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`, labels), n.name,
+			[]string{"create", "--dry-run=server", "-f", "-"}, ""},
+		{"a claim of a named volume", fmt.Sprintf(`{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"steal","labels":%s},"spec":{"volumeName":"someone-elses-pv","accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`, labels), n.name,
+			[]string{"create", "--dry-run=server", "-f", "-"}, "only create claims that bind a new volume"},
+		{"a claim cloning another claim", fmt.Sprintf(`{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"clone","labels":%s},"spec":{"dataSource":{"kind":"PersistentVolumeClaim","name":"someone-elses"},"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`, labels), n.name,
+			[]string{"create", "--dry-run=server", "-f", "-"}, "only create claims that bind a new volume"},
+		{"an unlabelled claim", `{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"x"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`, n.name,
+			[]string{"create", "--dry-run=server", "-f", "-"}, "may only create or change its own persistentvolumeclaims"},
 		{"a Service with externalIPs", fmt.Sprintf(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"ext","labels":%s},"spec":{"externalIPs":["192.0.2.1"],"ports":[{"port":6379}]}}`, labels), n.name,
 			[]string{"create", "--dry-run=server", "-f", "-"}, "only write ClusterIP Services without externalIPs"},
 	}

@@ -100,6 +100,11 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 	switch {
 	case out == nil:
 		o.Hash = r.liveHash(p)
+		// Volumes follow the live config on their own, beside the one-action timeline:
+		// a new reclaim or a larger size moves no data.
+		if err := r.reconcileVolumes(ctx, p); err != nil {
+			return done(ctrl.Result{}, err)
+		}
 	case out.err != nil:
 		return out
 	}
@@ -121,6 +126,11 @@ func (r *Reconciler) observed(p *pass, shards, replicas int) plan.Observed {
 			pn.Exited = serverExited(pod)
 			pn.InSync, _ = podInSync(pod)
 			pn.Cordoned = p.maintenance[pod.Spec.NodeName]
+			// A claim being deleted under a running server (kept by its pod's use of it) is
+			// a volume about to go: the node moves off it like off a cordoned host.
+			if c := p.claimOf(n); c != nil && c.DeletionTimestamp != nil {
+				pn.VolumeLost = true
+			}
 			if pn.Pod == plan.PodStarting {
 				pn.NotReadyFor = r.opts.Now().Sub(pod.CreationTimestamp.Time)
 			}
@@ -129,6 +139,11 @@ func (r *Reconciler) observed(p *pass, shards, replicas int) plan.Observed {
 		}
 		if snap := p.snapshot(); snap != nil {
 			pn.State = snap.ByName(n.Name())
+		}
+		pn.Durable = p.durable(n)
+		pn.FailedStarts = int(n.Status().FailedStarts)
+		if pod := p.pods[n.Name()]; pn.Durable && pod != nil && pod.DeletionTimestamp != nil {
+			pn.Pod = plan.PodLost // its name is taken until it goes: a restart waits for that
 		}
 		o.Nodes = append(o.Nodes, pn)
 	}
@@ -264,8 +279,7 @@ func (r *Reconciler) ensureActivePods(ctx context.Context, p *pass) *outcome {
 			joining = append(joining, n)
 		}
 	}
-	// A node's config ConfigMap that someone else made blocks it with a Warning Event.
-	return r.applied(p, "NodeConfigMap", r.createPods(ctx, p, joining))
+	return r.podsCreated(p, r.createPods(ctx, p, joining))
 }
 
 // ensurePodAnnotations brings the cluster's podAnnotations onto every live pod in place: new

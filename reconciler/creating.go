@@ -75,7 +75,6 @@ func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
 		noImage       *resolve.NoImageError
 		missingImage  *resolve.MissingImageError
 		persistence   *resolve.PersistenceConflictError
-		noVolumes     *resolve.PersistenceUnavailableError
 	)
 	// The action names the failure kind so each kind is its own Event series.
 	action := ""
@@ -90,8 +89,6 @@ func (r *Reconciler) resolveConfig(ctx context.Context, p *pass) *outcome {
 		action = "ResolveConfigMissingImage"
 	case errors.As(err, &persistence):
 		action = "ResolveConfigPersistenceConflict"
-	case errors.As(err, &noVolumes):
-		action = "ResolveConfigPersistenceUnavailable"
 	}
 	switch {
 	case action != "":
@@ -152,8 +149,7 @@ func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken m
 
 // ensurePods creates the Pod of every node that has none, from the node's fixed spec.
 func (r *Reconciler) ensurePods(ctx context.Context, p *pass) *outcome {
-	// A node's config ConfigMap that someone else made blocks it with a Warning Event.
-	return r.applied(p, "NodeConfigMap", r.createPodsAtOnce(ctx, p, p.nodes))
+	return r.podsCreated(p, r.createPodsAtOnce(ctx, p, p.nodes))
 }
 
 // createPodsAtOnce is createPods for a cluster being created: the pods go out several at
@@ -191,9 +187,14 @@ func podless(p *pass, nodes []views.Node) []views.Node {
 
 // createPod creates node n's config ConfigMap and then its Pod.
 func (r *Reconciler) createPod(ctx context.Context, p *pass, n views.Node, annotations map[string]string) error {
-	owner := ownerRef(n.U, crds.Group+"/"+crds.Version, crds.KindNode)
+	owner := nodeOwner(n)
 	if err := r.createNodeConfig(ctx, n, owner); err != nil {
 		return err
+	}
+	if n.Spec().Persistence.Durable() {
+		if err := r.ensureClaim(ctx, p, n, owner); err != nil {
+			return err
+		}
 	}
 	// The exporter's password file is rendered from the login (ensureAuthSecret), which
 	// cannot change before this pod's volumes are mounted: a new login is recorded only
@@ -233,6 +234,11 @@ func inParallel(n int, fn func(i int) error) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// nodeOwner is the controller owner reference to node n: what it owns goes with it.
+func nodeOwner(n views.Node) metav1.OwnerReference {
+	return ownerRef(n.U, crds.Group+"/"+crds.Version, crds.KindNode)
 }
 
 // createNodeConfig creates the ConfigMap holding node n's valkey.conf, owned by n (so it goes

@@ -31,6 +31,12 @@ const (
 	// was found among a server's peers and forgotten.
 	ReasonStranger = "StrangerForgotten"
 
+	// Warnings of data volumes (volumes.go).
+	ReasonStorageClassMissing = "StorageClassMissing"
+	ReasonVolumeNotExpandable = "VolumeExpansionUnsupported"
+	ReasonVolumeShrinkRefused = "VolumeShrinkRefused"
+	ReasonVolumeChangeRefused = "VolumeChangeRefused"
+
 	// Warnings of live credentials and certificates.
 	ReasonACLApplyFailed   = "ACLApplyFailed"
 	ReasonCertNotServed    = "CertificateNotServed"
@@ -49,6 +55,9 @@ const (
 	ReasonACLApplied        = "ACLApplied"
 	ReasonCredentialRotated = "CredentialRotated"
 	ReasonCertRotated       = "CertificateRotated"
+	ReasonVolumeCreated     = "VolumeCreated"
+	ReasonVolumeExpanding   = "VolumeExpanding"
+	ReasonNodeRestarted     = "NodeRestarted"
 )
 
 // event records a Normal Event on the cluster. events.k8s.io folds Events with the same

@@ -136,6 +136,7 @@ func (f *fakeValkey) servers(key types.NamespacedName) *reconciler.Servers {
 	return &reconciler.Servers{
 		Reads:    fakeReads{observe: topo, auth: creds, certs: certs},
 		Topology: topo, Failovers: topo, Credentials: creds, Certificates: certs,
+		Membership: noMoves{},
 	}
 }
 
@@ -266,4 +267,13 @@ func (c *passCounter) of(key types.NamespacedName) int64 {
 		return n.(*atomic.Int64).Load()
 	}
 	return 0
+}
+
+// noMoves is the Membership port of fakes whose servers never change address: every view
+// lists every member at its address, so the planner never asks to re-introduce one, and a
+// request to is an error the test sees.
+type noMoves struct{}
+
+func (noMoves) Reintroduce(context.Context, []model.Node) error {
+	return fmt.Errorf("fake: no server of this fake ever moved, nothing to re-introduce")
 }

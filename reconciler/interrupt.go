@@ -73,14 +73,14 @@ type podEvents struct {
 }
 
 func newPodEvents(reads *memory) podEvents {
-	return podEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(podToCluster), reads: reads}
+	return podEvents{EventHandler: handler.EnqueueRequestsFromMapFunc(labelledToCluster), reads: reads}
 }
 
 func (h podEvents) Update(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	oldPod, okOld := e.ObjectOld.(*corev1.Pod)
 	newPod, okNew := e.ObjectNew.(*corev1.Pod)
 	if okOld && okNew && serverExited(newPod) && !serverExited(oldPod) {
-		for _, req := range podToCluster(ctx, newPod) {
+		for _, req := range labelledToCluster(ctx, newPod) {
 			h.reads.serverExited(req.NamespacedName)
 		}
 	}

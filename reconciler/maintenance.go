@@ -88,7 +88,7 @@ func (r *Reconciler) nodeToClusters(ctx context.Context, o client.Object) []reco
 		if pod.Spec.NodeName != o.GetName() {
 			continue
 		}
-		for _, req := range podToCluster(ctx, pod) {
+		for _, req := range labelledToCluster(ctx, pod) {
 			if !seen[req.NamespacedName] {
 				seen[req.NamespacedName] = true
 				out = append(out, req)

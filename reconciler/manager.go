@@ -89,6 +89,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 			&corev1.ConfigMap{}:             {Label: managed},
 			&corev1.Secret{}:                {Label: managed},
 			&policyv1.PodDisruptionBudget{}: {Label: managed},
+			&corev1.PersistentVolumeClaim{}: {Label: managed},
 			// Only whether a node is in maintenance (maintenance.go).
 			&corev1.Node{}: {Transform: nodeSchedulingOnly},
 		},

@@ -68,6 +68,9 @@ func (r *Reconciler) loadMembers(ctx context.Context, p *pass) *outcome {
 	for i := range pods.Items {
 		p.pods[pods.Items[i].Name] = &pods.Items[i]
 	}
+	if err := r.loadClaims(ctx, p); err != nil {
+		return done(ctrl.Result{}, err)
+	}
 	if err := r.loadMaintenance(ctx, p); err != nil {
 		return done(ctrl.Result{}, err)
 	}

@@ -79,7 +79,15 @@ func (r *Reconciler) observe(ctx context.Context, p *pass, want reading) *outcom
 			continue
 		}
 		if err := r.setNodeStatus(ctx, n, func(st *views.NodeStatus) {
-			st.NodeID, st.Role, st.PodIP = s.ID, string(s.Role), pod.Status.PodIP
+			st.Role, st.PodIP = string(s.Role), pod.Status.PodIP
+			// A durable node's identity is the one it first had: a server back on its
+			// volume with another ID lost its nodes.conf, and the planner must see that.
+			if st.NodeID == "" || !n.Spec().Persistence.Durable() {
+				st.NodeID = s.ID
+			}
+			if s.ID == st.NodeID {
+				st.FailedStarts = 0
+			}
 		}); err != nil {
 			return done(ctrl.Result{}, err)
 		}

@@ -179,13 +179,14 @@ type pass struct {
 	defaultPassword, operatorPassword, operatorPasswordWanted string
 	acl                                                       model.ACLSpec
 
-	nodes    []views.Node           // the cluster's ValkeyNodes, by shard then name
-	pods     map[string]*corev1.Pod // their pods by name
-	formed   bool                   // every existing node is Active: a formed cluster
-	resolved resolve.Resolved       // configRef resolved to settings and image
-	members  []model.Node           // the nodes whose pods are ready, as valkeyops sees them
-	valkey   *Servers               // the cluster's servers, once connected
-	seen     *observation           // what this pass read of the servers (observe.go)
+	nodes    []views.Node                             // the cluster's ValkeyNodes, by shard then name
+	pods     map[string]*corev1.Pod                   // their pods by name
+	claims   map[string]*corev1.PersistentVolumeClaim // the cluster's data claims by name (volumes.go)
+	formed   bool                                     // every existing node is Active: a formed cluster
+	resolved resolve.Resolved                         // configRef resolved to settings and image
+	members  []model.Node                             // the nodes whose pods are ready, as valkeyops sees them
+	valkey   *Servers                                 // the cluster's servers, once connected
+	seen     *observation                             // what this pass read of the servers (observe.go)
 	// nodesLoaded: load-members ran (nodes and members are this pass's).
 	nodesLoaded bool
 	// maintenance: the Kubernetes nodes running the pass's pods, true for those in

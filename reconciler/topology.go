@@ -116,6 +116,10 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 				r.opts.Now().UTC().Format(time.RFC3339), a.DataLost))
 		}
 		return nil
+	case plan.RestartPods:
+		return r.restartPods(ctx, p, a.Nodes)
+	case plan.Reintroduce:
+		return p.valkey.Membership.Reintroduce(ctx, p.membersNamed(a.Nodes))
 	case plan.Delete:
 		n, err := p.node(a.Node)
 		if err != nil {

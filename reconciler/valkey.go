@@ -38,11 +38,12 @@ type Servers struct {
 	Failovers    Failovers
 	Credentials  CredentialWrites
 	Certificates CertificateReload
+	Membership   Membership
 }
 
 // serversOf is Servers with every port served by adm.
 func serversOf(adm *valkeyops.Admin) *Servers {
-	return &Servers{Reads: adm, Topology: adm, Failovers: adm, Credentials: adm, Certificates: adm}
+	return &Servers{Reads: adm, Topology: adm, Failovers: adm, Credentials: adm, Certificates: adm, Membership: adm}
 }
 
 // PoolValkey is the production Valkey: a valkeyops.Pool keyed by cluster.

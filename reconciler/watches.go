@@ -52,6 +52,9 @@ func (r *Reconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error {
 		Owns(&corev1.ConfigMap{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Pod{}, newPodEvents(&r.memory)).
+		// A claim is owned by its node (or by no one, when retained), not by the cluster:
+		// its cluster label says whose it is.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(labelledToCluster)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.nodeToClusters), builder.WithPredicates(maintenanceChanged())).
 		WatchesRawSource(source.Kind[client.Object](names, SecretMetadata(), handler.EnqueueRequestsFromMapFunc(r.tlsSecretToClusters))).
 		Watches(views.NewConfigObject(), handler.EnqueueRequestsFromMapFunc(r.configToClusters)).
@@ -102,8 +105,9 @@ func nameOnly(o any) (any, error) {
 	}}, nil
 }
 
-// podToCluster maps a Valkey pod to its cluster through the cluster label.
-func podToCluster(_ context.Context, o client.Object) []reconcile.Request {
+// labelledToCluster maps an object the operator labelled (a pod, a data claim) to its cluster
+// through the cluster label.
+func labelledToCluster(_ context.Context, o client.Object) []reconcile.Request {
 	name := o.GetLabels()[render.LabelCluster]
 	if name == "" || o.GetLabels()[render.LabelManagedBy] != render.ManagedBy {
 		return nil

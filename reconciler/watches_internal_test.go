@@ -98,9 +98,9 @@ func TestWatchMapping(t *testing.T) {
 		{"role", r.roleToClusters(ctx, obj("reader")), []string{"ns1/uses-child", "ns2/uses-other"}},
 		{"TLS secret is per namespace", r.tlsSecretToClusters(ctx, secret("ns1", "tls-1")), []string{"ns1/uses-child"}},
 		{"unrelated secret", r.tlsSecretToClusters(ctx, secret("ns1", "other")), nil},
-		{"pod by label", podToCluster(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "uses-base-abcde",
+		{"pod by label", labelledToCluster(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "uses-base-abcde",
 			Labels: render.NodeLabels("uses-base", 0)}}), []string{"ns1/uses-base"}},
-		{"foreign pod", podToCluster(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "x",
+		{"foreign pod", labelledToCluster(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns1", Name: "x",
 			Labels: map[string]string{render.LabelCluster: "uses-base"}}}), nil},
 	}
 	for _, tc := range tests {

@@ -242,6 +242,23 @@ func choosePrimary(snap *model.Snapshot, members []model.Node) *model.NodeState 
 	return nil
 }
 
+// dialAddr is the address we dial st on, with the bus port it announces (the client port +
+// 10000 when it announces none). A server restarted on its volume may still announce the
+// address it had before (its nodes.conf's, when it does not set cluster-announce-ip), so
+// re-introducing members goes by where they answer now.
+func dialAddr(st *model.NodeState) (ip string, port, bus int, err error) {
+	host, p, err := net.SplitHostPort(st.Addr)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	port, _ = strconv.Atoi(p)
+	bus = port + 10000
+	if self := st.Self(); self != nil && self.BusPort != 0 && self.Port == port {
+		bus = self.BusPort
+	}
+	return host, port, bus, nil
+}
+
 // meetAddr is the address other nodes should use to reach st: what it announces, else the
 // host we dial it on.
 func meetAddr(st *model.NodeState) (ip string, port, bus int, err error) {
@@ -276,10 +293,16 @@ func meetAddr(st *model.NodeState) (ip string, port, bus int, err error) {
 // meetAll MEETs every pair in which one side does not know the other (or knows it at another
 // address or as failed) and waits until every node knows every other, handshakes finished.
 func (a *Admin) meetAll(ctx context.Context, snap *model.Snapshot) error {
+	return a.meetAt(ctx, snap, meetAddr, false)
+}
+
+// meetAt is meetAll with each node's address given by addrOf; with exact it also waits until
+// every node knows every other at that address (not merely knows it).
+func (a *Admin) meetAt(ctx context.Context, snap *model.Snapshot, addrOf func(*model.NodeState) (string, int, int, error), exact bool) error {
 	type target struct{ ip, port, bus string }
 	addrs := map[string]target{}
 	for i := range snap.Nodes {
-		ip, port, bus, err := meetAddr(&snap.Nodes[i])
+		ip, port, bus, err := addrOf(&snap.Nodes[i])
 		if err != nil {
 			return model.NewOpError(snap.Nodes[i].Name, "meet", err)
 		}
@@ -330,6 +353,9 @@ func (a *Admin) meetAll(ctx context.Context, snap *model.Snapshot) error {
 				p := s.Nodes[i].Peer(s.Nodes[j].ID)
 				if p == nil || p.InHandshake() || p.NoAddr() {
 					return false, fmt.Errorf("%s does not know %s yet", s.Nodes[i].Name, s.Nodes[j].Name)
+				}
+				if at := addrs[s.Nodes[j].Name].ip; exact && p.IP != at {
+					return false, fmt.Errorf("%s knows %s at %s, not %s yet", s.Nodes[i].Name, s.Nodes[j].Name, p.IP, at)
 				}
 			}
 		}

@@ -51,7 +51,7 @@ func (a *Admin) observeOne(ctx context.Context, n model.Node) model.NodeState {
 	defer cancel()
 	// Three commands a node: an idle Active cluster is observed every few seconds, so each
 	// one counts (INFO takes several sections at once since Valkey 7).
-	cmds := [][]string{{"CLUSTER", "NODES"}, {"CLUSTER", "INFO"}, {"INFO", "replication", "server", "keyspace"}}
+	cmds := [][]string{{"CLUSTER", "NODES"}, {"CLUSTER", "INFO"}, {"INFO", "replication", "server", "keyspace", "persistence"}}
 	res, err := a.multi(ctx, n, "observe", cmds)
 	var serverSaid *valkey.ValkeyError
 	if err != nil && !errors.As(err, &serverSaid) && ctx.Err() == nil {

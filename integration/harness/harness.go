@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -73,6 +74,9 @@ type Config struct {
 	ACL   model.ACLSpec // rendered into /etc/valkey/acl/users.acl; passwords required
 	TLS   *TLSFiles     // nil = plaintext; else TLS-only (client, replication, bus)
 	Args  []string      // extra valkey-server arguments
+	// Volumes keeps each node's /data (nodes.conf, AOF, RDB) on a Docker volume of its own
+	// instead of a tmpfs, so Restart brings the node back with its identity and data.
+	Volumes bool
 }
 
 // Env is one Docker network with Valkey nodes on it.
@@ -84,6 +88,7 @@ type Env struct {
 	seq        int
 	containers map[string]*testcontainers.DockerContainer
 	nodes      []model.Node
+	volumes    []string
 }
 
 // New creates the network. Close removes it and every container.
@@ -146,6 +151,85 @@ func (e *Env) StartNode(ctx context.Context, shard int) (model.Node, error) {
 	name := fmt.Sprintf("n%d", e.seq)
 	e.seq++
 	e.mu.Unlock()
+	n, err := e.start(ctx, name, shard)
+	if err != nil {
+		return n, err
+	}
+	e.mu.Lock()
+	e.nodes = append(e.nodes, n)
+	e.mu.Unlock()
+	return n, nil
+}
+
+// volumeOf is the Docker volume holding node name's /data (Config.Volumes).
+func (e *Env) volumeOf(name string) string { return e.Network.Name + "-" + name }
+
+// Restart stops node name's container gracefully (SIGTERM: the server fsyncs its AOF) and
+// starts a new container in its place on the same volume (Config.Volumes), as the operator
+// restarts a durable node's pod. The new container gets an address of its own, which the
+// returned node carries; every node started after it keeps the address it had.
+func (e *Env) Restart(ctx context.Context, name string) (model.Node, error) {
+	if err := e.Stop(ctx, name); err != nil {
+		return model.Node{}, err
+	}
+	return e.StartAgain(ctx, name)
+}
+
+// Stop stops and removes node name's container gracefully; its volume stays.
+func (e *Env) Stop(ctx context.Context, name string) error {
+	e.mu.Lock()
+	c := e.containers[name]
+	delete(e.containers, name)
+	e.mu.Unlock()
+	if c == nil {
+		return fmt.Errorf("no container for %s", name)
+	}
+	return c.Terminate(ctx)
+}
+
+// Occupy starts count idle containers on the network, taking the addresses Docker would hand
+// out next (it reuses freed ones at once): nodes started after it get addresses no node had
+// before, as pods restarted on their volumes do. Close removes them.
+func (e *Env) Occupy(ctx context.Context, count int) error {
+	for i := range count {
+		c, err := testcontainers.Run(ctx, e.cfg.Image,
+			testcontainers.WithCmd("valkey-server", "--port", "7777", "--save", "", "--appendonly", "no"),
+			network.WithNetwork(nil, e.Network),
+			testcontainers.WithConfigModifier(func(c *container.Config) { c.User = "999:999" }),
+			testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections").WithStartupTimeout(30*time.Second)),
+		)
+		if c != nil {
+			e.mu.Lock()
+			e.containers[fmt.Sprintf("placeholder-%d-%d", len(e.containers), i)] = c
+			e.mu.Unlock()
+		}
+		if err != nil {
+			return fmt.Errorf("start placeholder: %w", err)
+		}
+	}
+	return nil
+}
+
+// StartAgain starts a new container for node name (stopped with Stop) on its volume.
+func (e *Env) StartAgain(ctx context.Context, name string) (model.Node, error) {
+	e.mu.Lock()
+	i := slices.IndexFunc(e.nodes, func(n model.Node) bool { return n.Name == name })
+	e.mu.Unlock()
+	if i < 0 {
+		return model.Node{}, fmt.Errorf("no node %s", name)
+	}
+	n, err := e.start(ctx, name, e.nodes[i].Shard)
+	if err != nil {
+		return n, err
+	}
+	e.mu.Lock()
+	e.nodes[i] = n
+	e.mu.Unlock()
+	return n, nil
+}
+
+// start runs node name's container and returns the node at its address.
+func (e *Env) start(ctx context.Context, name string, shard int) (model.Node, error) {
 	files := []testcontainers.ContainerFile{{
 		Reader: bytes.NewReader([]byte(model.RenderACL(e.cfg.ACL))), ContainerFilePath: "/etc/valkey/acl/users.acl", FileMode: 0o644,
 	}}
@@ -155,12 +239,22 @@ func (e *Env) StartNode(ctx context.Context, shard int) (model.Node, error) {
 			testcontainers.ContainerFile{Reader: bytes.NewReader(t.Cert), ContainerFilePath: "/etc/valkey/tls/tls.crt", FileMode: 0o644},
 			testcontainers.ContainerFile{Reader: bytes.NewReader(t.Key), ContainerFilePath: "/etc/valkey/tls/tls.key", FileMode: 0o644})
 	}
+	data := testcontainers.WithTmpfs(map[string]string{"/data": "rw,uid=999,gid=999"})
+	if e.cfg.Volumes {
+		vol := e.volumeOf(name)
+		e.mu.Lock()
+		if !slices.Contains(e.volumes, vol) {
+			e.volumes = append(e.volumes, vol)
+		}
+		e.mu.Unlock()
+		data = testcontainers.WithMounts(testcontainers.ContainerMount{Source: testcontainers.GenericVolumeMountSource{Name: vol}, Target: "/data"})
+	}
 	c, err := testcontainers.Run(ctx, e.cfg.Image,
 		testcontainers.WithCmd(e.Args()...),
 		network.WithNetwork(nil, e.Network),
 		testcontainers.WithFiles(files...),
 		testcontainers.WithConfigModifier(func(c *container.Config) { c.User = "999:999" }),
-		testcontainers.WithTmpfs(map[string]string{"/data": "rw,uid=999,gid=999"}),
+		data,
 		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections").WithStartupTimeout(60*time.Second)),
 	)
 	if c != nil {
@@ -175,11 +269,7 @@ func (e *Env) StartNode(ctx context.Context, shard int) (model.Node, error) {
 	if err != nil {
 		return model.Node{}, fmt.Errorf("ip of %s: %w", name, err)
 	}
-	n := model.Node{Name: name, Addr: net.JoinHostPort(ip, "6379"), Shard: shard, NodeTimeoutMillis: NodeTimeoutMillis}
-	e.mu.Lock()
-	e.nodes = append(e.nodes, n)
-	e.mu.Unlock()
-	return n, nil
+	return model.Node{Name: name, Addr: net.JoinHostPort(ip, "6379"), Shard: shard, NodeTimeoutMillis: NodeTimeoutMillis}, nil
 }
 
 // StartSidecar starts cmd from the Env's image in node name's network namespace, as a second
@@ -285,6 +375,11 @@ func (e *Env) Close(ctx context.Context) error {
 	if e.Network != nil {
 		if err := e.Network.Remove(ctx); err != nil {
 			errs = append(errs, err)
+		}
+	}
+	for _, vol := range e.volumes {
+		if out, err := exec.CommandContext(ctx, "docker", "volume", "rm", "-f", vol).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("remove volume %s: %v: %s", vol, err, out))
 		}
 	}
 	return errors.Join(errs...)

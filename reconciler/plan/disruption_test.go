@@ -23,8 +23,8 @@ func cordoned(o plan.Observed, names ...string) plan.Observed {
 
 // live is observed with the live spec hash every node was made from ("h1"): nothing is
 // stale by its spec.
-func live(t *testing.T, shards, replicas int, servers []srv) plan.Observed {
-	o := observed(t, shards, replicas, servers)
+func live(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost) plan.Observed {
+	o := observed(t, shards, replicas, servers, ghosts...)
 	o.Hash = "h1"
 	return o
 }
@@ -134,6 +134,38 @@ func TestInSync(t *testing.T) {
 			o := tt.obs(t)
 			require.NotEmpty(t, o.Nodes)
 			assert.Equal(t, tt.want, plan.InSync(o))
+		})
+	}
+}
+
+// TestLostVolumeMovesNode: a server whose data claim is being deleted (its pod keeps the
+// claim until it stops) is moved off it like a stale one, replacement first, and the Event
+// says why.
+func TestLostVolumeMovesNode(t *testing.T) {
+	volumeLost := func(o plan.Observed, name string) plan.Observed {
+		for i := range o.Nodes {
+			if o.Nodes[i].Name == name {
+				o.Nodes[i].VolumeLost = true
+			}
+		}
+		return o
+	}
+	tests := []struct {
+		name string
+		obs  plan.Observed
+		want plan.Action
+	}{
+		{"a replacement first", volumeLost(live(t, 2, 1, formed2x1()), "b0"),
+			plan.Action{Kind: plan.CreateNodes, Shards: []int{0}}},
+		{"with the replacement synced, the node retires", volumeLost(live(t, 2, 1, append(formed2x1(), srv{name: "c0", shard: 0, of: "a0"})), "b0"),
+			plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := plan.Next(tt.obs)
+			assert.Contains(t, got.Reason, "PersistentVolumeClaim is being deleted")
+			got.Reason = ""
+			assert.Equal(t, tt.want, got)
 		})
 	}
 }

@@ -49,10 +49,10 @@ func waitFailover(v view) (Action, bool) {
 	}
 	sort.Strings(dead)
 	for _, id := range dead {
-		name, gone, exited := id, false, false
+		name, gone, exited, restarts := id, false, false, false
 		for i := range v.Nodes {
 			if n := &v.Nodes[i]; n.RecordedID == id {
-				name, gone, exited = n.Name, n.Pod == PodGone, n.Exited
+				name, gone, exited, restarts = n.Name, n.Pod == PodGone, n.Exited, n.Lifecycle != Leaving && v.restartable(n)
 			}
 		}
 		var best *Node
@@ -62,6 +62,10 @@ func waitFailover(v view) (Action, bool) {
 			}
 		}
 		switch {
+		case restarts && (best == nil || !exited):
+			// It comes back on its volume with its slots' data: nothing is dropped, and no
+			// replica takes over from a server that stopped gracefully (or is restarting).
+			return Action{Kind: Wait, Reason: "waiting for " + name + " to restart on its volume"}, true
 		case best == nil && (gone || v.failing(id)):
 			return Action{Kind: DropSlots, IDs: []string{id}, Reason: fmt.Sprintf("lost %s held %d slots and had no replica: the data of those slots is lost; they go to an empty replacement", name, v.owners[id])}, true
 		case best == nil:
@@ -87,6 +91,9 @@ func dropLost(v view) (Action, bool) {
 			// stale and it is replaced below like any lost node.
 			return Action{Kind: Wait, Warning: true, Reason: "the server of new node " + n.Name + " stopped before it joined (a setting Valkey refuses at start-up?); fix the ValkeyConfig, or see `kubectl logs " + n.Name + "` and delete that pod to retry"}, true
 		}
+		if n.lost() && v.restartable(n) {
+			continue // restartLost brings it back
+		}
 		if n.lost() || v.failedRunning(n) {
 			lost = append(lost, n)
 		}
@@ -103,6 +110,11 @@ func dropLost(v view) (Action, bool) {
 // over), so it is replaced like a lost pod; deleting its ValkeyNode stops the pod.
 func (v view) failedRunning(n *Node) bool {
 	if n.lost() || n.Lifecycle == Joining || n.reachable() || n.RecordedID == "" {
+		return false
+	}
+	if n.Durable && n.FailedStarts > 0 && n.Pod == PodStarting {
+		// Restarted on its volume and not up yet: its peers flagged it while it was down.
+		// waitStarting watches the start, and a start that fails counts (restart.go).
 		return false
 	}
 	for _, o := range v.reachable {

@@ -19,7 +19,7 @@ import (
 func loseAll(v view) (Action, bool) {
 	var lost []*Node
 	for _, n := range v.live {
-		if n.lost() {
+		if n.lost() && !v.restartable(n) {
 			lost = append(lost, n)
 		}
 	}
@@ -45,6 +45,8 @@ func (v view) everyCopyLost(lost []*Node) int {
 	for i := range v.Nodes {
 		n := &v.Nodes[i]
 		switch {
+		case n.lost() && v.restartable(n):
+			return 0 // it comes back on its volume, with its data
 		case n.lost():
 			if n.RecordedID != "" {
 				gone++

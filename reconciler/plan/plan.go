@@ -59,6 +59,17 @@ type Node struct {
 	// Cordoned: the pod runs on a Kubernetes node marked for maintenance (cordoned, or being
 	// drained by the cluster autoscaler). Its server is moved off like a stale one.
 	Cordoned bool
+	// VolumeLost: the node keeps its data on a volume whose claim is being deleted. Its
+	// server still runs (the claim stays while its pod uses it) and is moved off like a
+	// stale one, before the volume goes.
+	VolumeLost bool
+	// Durable: the node keeps its data and its Valkey identity (nodes.conf) on a volume that
+	// outlives its pod (its claim is there and not being deleted) and its server has run. A
+	// lost durable node is restarted on its volume (restart.go) rather than replaced.
+	Durable bool
+	// FailedStarts counts the restarts on its volume since its server last answered with its
+	// recorded ID: a server that cannot start from its volume is not restarted forever.
+	FailedStarts int
 	// InSync is the pod's in-sync condition as last set (see InSync).
 	InSync bool
 
@@ -105,13 +116,19 @@ const (
 	// forget a node's own primary), are marked Leaving.
 	ForgetStrangers Kind = "ForgetStrangers"
 	Delete          Kind = "Delete" // delete the ValkeyNode of Node (its pod follows)
+	// RestartPods brings Nodes, durable nodes whose pods are gone or whose servers exited,
+	// back on their volumes: a new pod of the same name on the same claim.
+	RestartPods Kind = "RestartPods"
+	// Reintroduce MEETs Nodes, members that know each other at stale addresses (restarted at
+	// new pod IPs), so they find each other again; it touches no slot, epoch or role.
+	Reintroduce Kind = "Reintroduce"
 )
 
 // Action is the one next step.
 type Action struct {
 	Kind   Kind
 	Node   string            // Replicate, Remove, Delete
-	Nodes  []string          // MarkActive, MarkLeaving, Rebalance (the primaries to drain), ForgetStrangers
+	Nodes  []string          // MarkActive, MarkLeaving, Rebalance (the primaries to drain), ForgetStrangers, RestartPods, Reintroduce
 	Shards []int             // CreateNodes: one entry per node to create
 	IDs    []string          // Forget, DropSlots, ForgetStrangers
 	Slots  []model.SlotRange // AssignSlots
@@ -130,12 +147,18 @@ type Action struct {
 //  1. a slot left importing/migrating, or a Leaving primary holding slots: Rebalance;
 //  2. a primary whose pod is being deleted and still answers: Failover to an in-sync replica
 //     (a planned deletion hands its slots over before the server stops);
+//     Then, members that know each other at stale addresses (durable servers restarted at
+//     new pod IPs): Reintroduce (restart.go);
 //     Then, every live node's pod lost and no copy of any slot left (a total outage):
-//     MarkLeaving them all with DataLost, counting the lost nodes already Leaving too;
+//     MarkLeaving them all with DataLost, counting the lost nodes already Leaving too; a
+//     durable node that can come back on its volume is not lost;
 //  3. a Leaving node: Remove it (reachable; replicas first), Forget its ID (gone), then Delete it;
+//     Then, durable nodes whose pods are gone or whose servers exited: RestartPods on their
+//     volumes, a crashed primary that a replica follows only once the replica took over;
 //  4. a lost pod, or a server whose pod runs but that its peers flag `fail` (hung, frozen):
 //     MarkLeaving, so a replacement is planned and the dead ID forgotten; but a new node
-//     whose server stopped before it ever answered: Wait with a warning;
+//     whose server stopped before it ever answered: Wait with a warning (a durable node
+//     that can come back on its volume is restarted instead, above);
 //  5. a shard below 1+Replicas live nodes: CreateNodes;
 //  6. a lost primary whose slots no replica has taken over yet: when its container exited and
 //     a majority of primaries survives, ForceFailover its best replica (an election started
@@ -144,7 +167,9 @@ type Action struct {
 //     survive to elect one (a 2-shard cluster that lost one) and the old primary is surely
 //     gone: its pod deleted, or flagged failing by its peers (never while it may still serve);
 //     a lost primary without any replica is dropped once surely gone (DropSlots, a warning:
-//     the data of its slots is lost);
+//     the data of its slots is lost); but a durable primary that comes back on its volume is
+//     waited for (never dropped; taken over only when its server crashed);
+//     Then, a server loading its data from its volume: Wait;
 //  7. a node not ready yet: Wait (with a warning when unschedulable, or not ready after
 //     Observed.SlowStart);
 //  8. slots nobody owns: AssignSlots to the empty primary of a shard without a slot-holding
@@ -179,8 +204,9 @@ func Next(o Observed) Action {
 
 // activeRules are the rules of Next for an Active cluster, in the order listed above.
 var activeRules = []func(view) (Action, bool){
-	forgetStrangers, resumeMoves, handOver, loseAll, retireLeaving, dropLost, createMissing, waitFailover,
-	waitStarting, adoptOrphans, forgetDead, joinNew, balance, markDeparting, activateJoined, roll,
+	forgetStrangers, resumeMoves, handOver, reintroduce, loseAll, retireLeaving, restartLost, dropLost,
+	createMissing, waitFailover, waitLoading, waitStarting, adoptOrphans, forgetDead, joinNew, balance,
+	markDeparting, activateJoined, roll,
 }
 
 // view is Observed indexed for the rules.

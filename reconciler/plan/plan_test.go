@@ -34,7 +34,14 @@ type srv struct {
 	hash      string        // spec hash; default "h1"
 	lag       int64         // a replica's offset behind its primary
 	keys      int64         // keys the server holds
+	durable   bool          // it keeps its data on a volume
+	failed    int           // restarts on its volume that never answered
+	loading   bool          // loading its data from its volume
+	movedFrom string        // the IP its peers still know it at (it restarted at a new one)
 }
+
+// ipOf is the pod IP of the i-th server of a fixture.
+func ipOf(i int) string { return fmt.Sprintf("10.0.1.%d", i+1) }
 
 // ghost is a node ID some servers still know: a dead node.
 type ghost struct {
@@ -53,8 +60,10 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		return "id-" + s.name
 	}
 	byName := map[string]srv{}
-	for _, s := range servers {
+	ips := map[string]string{}
+	for i, s := range servers {
 		byName[s.name] = s
+		ips[s.name] = ipOf(i)
 	}
 	line := func(s srv, self bool) string {
 		flags, primary := "master", "-"
@@ -74,10 +83,15 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 		if self && s.importing {
 			slots += " [5->-id-other]"
 		}
-		return fmt.Sprintf("%s 10.0.0.1:6379@16379 %s %s 0 1 1 connected %s", id(s), flags, primary, slots)
+		ip := ips[s.name]
+		if !self && s.movedFrom != "" {
+			ip = s.movedFrom
+		}
+		return fmt.Sprintf("%s %s:6379@16379 %s %s 0 1 1 connected %s", id(s), ip, flags, primary, slots)
 	}
 	for _, s := range servers {
-		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded, Hash: s.hash, Exited: s.exited, NotReadyFor: s.slow}
+		n := plan.Node{Name: s.name, Shard: s.shard, Lifecycle: s.life, Pod: s.pod, Unschedulable: s.unsched, RecordedID: s.recorded, Hash: s.hash, Exited: s.exited, NotReadyFor: s.slow,
+			Durable: s.durable, FailedStarts: s.failed}
 		if n.Lifecycle == "" {
 			n.Lifecycle = plan.Active
 		}
@@ -110,7 +124,7 @@ func observed(t *testing.T, shards, replicas int, servers []srv, ghosts ...ghost
 			}
 			view, err := model.ParseClusterNodes(strings.Join(text, "\n") + "\n")
 			require.NoError(t, err)
-			st := &model.NodeState{Node: model.Node{Name: s.name, Shard: s.shard}, Reachable: true, View: view, KnownNodes: known}
+			st := &model.NodeState{Node: model.Node{Name: s.name, Shard: s.shard, Addr: ips[s.name] + ":6379"}, Reachable: true, View: view, KnownNodes: known, Loading: s.loading}
 			self := st.Self()
 			st.ID, st.Slots = self.ID, self.Slots
 			for _, peer := range view {

@@ -13,12 +13,17 @@ import (
 // never lets its pod be evicted, is drained at all).
 // Nothing is replaced while the live configRef does not resolve (Hash ""): a replacement
 // could not be created.
-func (v view) stale(n *Node) bool { return v.Hash != "" && (n.Hash != v.Hash || n.Cordoned) }
+func (v view) stale(n *Node) bool {
+	return v.Hash != "" && (n.Hash != v.Hash || n.Cordoned || n.VolumeLost)
+}
 
 // why says why a stale node is replaced.
 func (v view) why(n *Node) string {
-	if n.Hash != v.Hash {
+	switch {
+	case n.Hash != v.Hash:
 		return "spec changed"
+	case n.VolumeLost:
+		return "its volume's PersistentVolumeClaim is being deleted"
 	}
 	return "its Kubernetes node is cordoned for maintenance"
 }

@@ -31,6 +31,10 @@ type member struct {
 func scene(t *testing.T, shards, replicas int, hash string, members ...member) plan.Observed {
 	t.Helper()
 	o := plan.Observed{Shards: shards, Replicas: replicas, Hash: hash}
+	ips := map[string]string{}
+	for i, m := range members {
+		ips[m.name] = ipOf(i)
+	}
 	line := func(m member, self bool) string {
 		flags, primary, link := "master", "-", "connected"
 		if m.of != "" {
@@ -41,7 +45,7 @@ func scene(t *testing.T, shards, replicas int, hash string, members ...member) p
 		} else if m.pod != plan.PodReady {
 			link = "disconnected"
 		}
-		text := fmt.Sprintf("id-%s 10.0.0.1:6379@16379 %s %s 0 1700000000000 1 %s %s", m.name, flags, primary, link, m.slots)
+		text := fmt.Sprintf("id-%s %s:6379@16379 %s %s 0 1700000000000 1 %s %s", m.name, ips[m.name], flags, primary, link, m.slots)
 		if self {
 			text += " " + m.opens
 		}
@@ -71,7 +75,7 @@ func scene(t *testing.T, shards, replicas int, hash string, members ...member) p
 			if m.of != "" {
 				repl = "role:slave\nmaster_link_status:up\nmaster_repl_offset:1000\n"
 			}
-			st, err := model.ParseNodeState(model.Node{Name: m.name, Shard: m.shard}, strings.Join(lines, "\n")+"\n", info, repl)
+			st, err := model.ParseNodeState(model.Node{Name: m.name, Shard: m.shard, Addr: ips[m.name] + ":6379"}, strings.Join(lines, "\n")+"\n", info, repl)
 			require.NoError(t, err)
 			n.State = &st
 		}

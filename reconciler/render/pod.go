@@ -256,7 +256,7 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 		{Name: "conf", MountPath: ConfDir, ReadOnly: true},
 		{Name: "acl", MountPath: ACLDir, ReadOnly: true},
 		{Name: "auth", MountPath: AuthDir, ReadOnly: true},
-		{Name: "data", MountPath: DataDir},
+		{Name: dataVolume, MountPath: DataDir},
 	}
 	volumes := []corev1.Volume{
 		{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
@@ -267,7 +267,7 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 		{Name: "auth", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 			SecretName: AuthSecretName(s.Cluster), DefaultMode: ptr.To[int32](0o440),
 			Items: []corev1.KeyToPath{{Key: AuthReplicationConfKey, Path: AuthReplicationConfKey}}}}},
-		{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: dataVolume, VolumeSource: dataVolumeSource(name, s)},
 	}
 	if s.TLSSecretRef != "" {
 		mounts = append(mounts, corev1.VolumeMount{Name: "tls", MountPath: TLSDir, ReadOnly: true})
@@ -342,10 +342,12 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 			NodeSelector:                 maps.Clone(s.Placement.NodeSelector),
 			AutomountServiceAccountToken: ptr.To(false),
 			EnableServiceLinks:           ptr.To(false),
-			// A server that stops is never restarted in place. Its data is gone with the
-			// process, but its cluster identity (nodes.conf in the pod's emptyDir) is not: it
-			// would come back empty yet still owning its slots, and its replicas would copy
-			// the empty dataset. A stopped pod fails instead, and the operator replaces it.
+			// A server that stops is never restarted by the kubelet. Without persistence its
+			// data is gone with the process, but its cluster identity (nodes.conf in the pod's
+			// emptyDir) is not: it would come back empty yet still owning its slots, and its
+			// replicas would copy the empty dataset. With persistence a restart could race
+			// its replica's promotion and serve older data. A stopped pod fails instead, and
+			// the operator decides what comes back in its place.
 			RestartPolicy: corev1.RestartPolicyNever,
 			SecurityContext: &corev1.PodSecurityContext{
 				RunAsNonRoot:   ptr.To(true),

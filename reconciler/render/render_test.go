@@ -12,7 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 )
 
 func cluster(p views.Placement, tlsSecret string) views.Cluster {
@@ -242,4 +245,57 @@ func TestPersistenceSpecHash(t *testing.T) {
 	assert.NotEqual(t, aof, with(views.Persistence{Mode: views.PersistenceAOF, Size: "1Gi", StorageClassName: "fast"}), "a StorageClass change replaces nodes")
 	assert.Equal(t, aof, with(views.Persistence{Mode: views.PersistenceAOF, Size: "5Gi"}), "a size change does not")
 	assert.Equal(t, aof, with(views.Persistence{Mode: views.PersistenceAOF, Size: "1Gi", Reclaim: views.ReclaimRetain}), "nor a reclaim change")
+}
+
+// TestDataClaim: a durable node's claim is its own (named after it, labelled with its node
+// and reclaim, annotated with its UID), of the resolved size and class, and never names a
+// volume or a data source; its pod mounts it as the data volume, where a node without
+// persistence keeps an emptyDir.
+func TestDataClaim(t *testing.T) {
+	s := views.NodeSpec{Cluster: "c", Shard: 1, Image: "valkey/valkey:8.0.1", Version: "8.0.1",
+		Persistence: views.Persistence{Mode: views.PersistenceAOF, Size: "2Gi", StorageClassName: "fast", Reclaim: views.ReclaimRetain}}
+	c, err := render.DataClaim("c-abcde", "ns", types.UID("uid-1"), s)
+	require.NoError(t, err)
+	assert.Equal(t, "c-abcde-data", c.Name)
+	assert.Equal(t, "ns", c.Namespace)
+	assert.Equal(t, map[string]string{
+		render.LabelManagedBy: render.ManagedBy, render.LabelCluster: "c", render.LabelShard: "1",
+		render.LabelNode: "c-abcde", render.LabelReclaim: views.ReclaimRetain,
+	}, c.Labels)
+	assert.Equal(t, "uid-1", c.Annotations[render.AnnotationNodeUID])
+	assert.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, c.Spec.AccessModes)
+	assert.Equal(t, "2Gi", ptr.To(c.Spec.Resources.Requests[corev1.ResourceStorage]).String())
+	assert.Equal(t, "fast", ptr.Deref(c.Spec.StorageClassName, ""))
+	assert.Empty(t, c.Spec.VolumeName)
+	assert.Nil(t, c.Spec.DataSource)
+	assert.Nil(t, c.Spec.DataSourceRef)
+
+	s.Persistence.StorageClassName = ""
+	c, err = render.DataClaim("c-abcde", "ns", types.UID("uid-1"), s)
+	require.NoError(t, err)
+	assert.Nil(t, c.Spec.StorageClassName, "no class named: the cluster's default applies")
+
+	s.Persistence.Size = "lots"
+	_, err = render.DataClaim("c-abcde", "ns", types.UID("uid-1"), s)
+	assert.Error(t, err, "a size that is no quantity")
+
+	owner := metav1.OwnerReference{Name: "c-abcde", UID: "uid-1", Controller: ptr.To(true)}
+	assert.Equal(t, []metav1.OwnerReference{owner}, render.ClaimOwners(views.ReclaimDelete, owner))
+	assert.Empty(t, render.ClaimOwners(views.ReclaimRetain, owner))
+
+	data := func(s views.NodeSpec) corev1.VolumeSource {
+		for _, v := range render.Pod("c-abcde", "ns", s, nil).Spec.Volumes {
+			if v.Name == "data" {
+				return v.VolumeSource
+			}
+		}
+		t.Fatal("no data volume")
+		return corev1.VolumeSource{}
+	}
+	s.Persistence = views.Persistence{Mode: views.PersistenceAOF, Size: "1Gi"}
+	assert.Equal(t, &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "c-abcde-data"}, data(s).PersistentVolumeClaim)
+	assert.Nil(t, data(s).EmptyDir)
+	s.Persistence = views.Persistence{Mode: views.PersistenceNone}
+	assert.NotNil(t, data(s).EmptyDir, "without persistence the data goes with the pod")
+	assert.Nil(t, data(s).PersistentVolumeClaim)
 }

@@ -51,17 +51,6 @@ func (e *PersistenceConflictError) Error() string {
 		e.SetBy, e.Directive, e.Mode, e.ModeBy)
 }
 
-// PersistenceUnavailableError: the chain asks for a persistence mode other than None, which
-// needs a volume per node; until the operator creates them, a server would write its snapshots
-// or append-only file into a directory that goes with its pod, and look durable without being
-// so. The cluster waits, with a Warning Event, rather than run that way.
-type PersistenceUnavailableError struct{ Mode, ModeBy string }
-
-func (e *PersistenceUnavailableError) Error() string {
-	return fmt.Sprintf("persistence mode %s (from ValkeyConfig %q) needs a volume per node, which this operator version does not create yet; set mode None to run without persistence",
-		e.Mode, e.ModeBy)
-}
-
 // PersistenceDirectives are the valkey.conf directives a persistence mode other than None owns.
 var PersistenceDirectives = []string{"appendfsync", "appendonly", "save"}
 
@@ -149,9 +138,6 @@ func Resolve(ctx context.Context, l Lookup, configRef string) (Resolved, error) 
 	res.Persistence.Reclaim = cmp.Or(res.Persistence.Reclaim, views.ReclaimDelete)
 	if err := persistenceConflict(configs, res.Persistence); err != nil {
 		return res, err
-	}
-	if res.Persistence.Durable() {
-		return res, &PersistenceUnavailableError{Mode: res.Persistence.Mode, ModeBy: modeSetBy(configs)}
 	}
 	if len(res.Valkey) == 0 {
 		res.Valkey = nil

@@ -167,14 +167,6 @@ func TestResolvePersistence(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := resolve.Resolve(context.Background(), m, tc.ref)
-			if tc.want.Durable() {
-				// Until nodes get volumes, a durable mode resolves but is refused, naming its config.
-				var unavailable *resolve.PersistenceUnavailableError
-				require.ErrorAs(t, err, &unavailable)
-				assert.Equal(t, &resolve.PersistenceUnavailableError{Mode: tc.want.Mode, ModeBy: "aof"}, unavailable)
-				assert.Equal(t, tc.want, got.Persistence)
-				return
-			}
 			if tc.conflict != nil {
 				var conflict *resolve.PersistenceConflictError
 				require.ErrorAs(t, err, &conflict)

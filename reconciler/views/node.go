@@ -76,6 +76,10 @@ type NodeStatus struct {
 	PodIP     string `json:"podIP,omitempty"`
 	NodeID    string `json:"nodeID,omitempty"`
 	Role      string `json:"role,omitempty"`
+	// Restarts counts the times a durable node's server was restarted on its volume;
+	// FailedStarts those since it last answered with its node ID.
+	Restarts     int64 `json:"restarts,omitempty"`
+	FailedStarts int64 `json:"failedStarts,omitempty"`
 }
 
 func (n Node) Status() NodeStatus { return decode[NodeStatus](n.U, statusKey) }

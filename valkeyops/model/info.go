@@ -9,7 +9,8 @@ import (
 const clusterStateOK = "ok"
 
 // ParseNodeState is node n's account of itself and of the cluster, from its replies (verbatim
-// prefixes removed) to CLUSTER NODES, CLUSTER INFO and INFO replication server keyspace: the
+// prefixes removed) to CLUSTER NODES, CLUSTER INFO and INFO replication server keyspace
+// persistence: the
 // one place that reads those INFO fields. The error is CLUSTER NODES' that does not parse.
 func ParseNodeState(n Node, clusterNodes, clusterInfo, info string) (NodeState, error) {
 	view, err := ParseClusterNodes(clusterNodes)
@@ -18,13 +19,14 @@ func ParseNodeState(n Node, clusterNodes, clusterInfo, info string) (NodeState, 
 	}
 	st := NodeState{Node: n, Reachable: true, View: view}
 	cluster := parseInfo(clusterInfo)
-	node := parseInfo(info) // the replication, server and keyspace sections
+	node := parseInfo(info) // the replication, server, keyspace and persistence sections
 	st.ClusterState = cluster["cluster_state"]
 	st.KnownNodes, _ = strconv.Atoi(cluster["cluster_known_nodes"])
 	st.SlotsAssigned, _ = strconv.Atoi(cluster["cluster_slots_assigned"])
 	st.CurrentEpoch, _ = strconv.ParseUint(cluster["cluster_current_epoch"], 10, 64)
 	st.ReplOffset, _ = strconv.ParseInt(node["master_repl_offset"], 10, 64)
 	st.SyncInProgress = node["master_sync_in_progress"] == "1"
+	st.Loading = node["loading"] == "1"
 	st.Keys = keysIn(node["db0"])
 	st.Version = node["valkey_version"]
 	if st.Version == "" {

@@ -39,6 +39,11 @@ func TestParseNodeState(t *testing.T) {
 	assert.Equal(t, int64(3), st.Keys)
 	assert.Equal(t, 8, st.MajorVersion())
 	assert.True(t, st.Peer("aaaa").Connected())
+	assert.False(t, st.Loading)
+
+	st, err = ParseNodeState(n, nodes, clusterInfo, info+"# Persistence\r\nloading:1\r\naof_enabled:1\r\n")
+	require.NoError(t, err)
+	assert.True(t, st.Loading, "INFO persistence says the dataset is still loading")
 
 	down := strings.Replace(info, "master_link_status:up", "master_link_status:down", 1)
 	st, err = ParseNodeState(n, nodes, strings.Replace(clusterInfo, "cluster_state:ok", "cluster_state:fail", 1), down)

@@ -44,9 +44,12 @@ type NodeState struct {
 	CurrentEpoch   uint64
 	ReplOffset     int64 // master_repl_offset (replicas: offset processed from their primary)
 	SyncInProgress bool
-	Keys           int64  // keys in db0, the only database in cluster mode
-	Version        string // valkey_version from INFO server, e.g. "8.0.1"
-	View           []ClusterNode
+	// Loading: the server is still loading its dataset from disk (a durable node restarted on
+	// its volume). It answers reads of its state meanwhile, but no MEET and no data command.
+	Loading bool
+	Keys    int64  // keys in db0, the only database in cluster mode
+	Version string // valkey_version from INFO server, e.g. "8.0.1"
+	View    []ClusterNode
 }
 
 // LinkedToPrimary reports whether the replica's link to its primary is up: connected, and
