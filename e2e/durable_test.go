@@ -26,6 +26,12 @@ import (
 // and the given reclaim, on the example menu's image, and returns its name.
 func (n *ns) durableConfig(reclaim string) string {
 	n.t.Helper()
+	return n.durableConfigSized(reclaim, "64Mi")
+}
+
+// durableConfigSized is durableConfig with volumes of size.
+func (n *ns) durableConfigSized(reclaim, size string) string {
+	n.t.Helper()
 	name := n.name
 	n.kubectlIn(fmt.Sprintf(`apiVersion: valkey.gomomento.com/v1alpha1
 kind: ValkeyConfig
@@ -41,9 +47,9 @@ spec:
     maxmemory-policy: noeviction
   persistence:
     mode: AOF
-    size: 64Mi
+    size: %s
     reclaim: %s
-`, name, reclaim), "apply", "-f", "-")
+`, name, size, reclaim), "apply", "-f", "-")
 	n.t.Cleanup(func() { _, _ = kubectlRun("", "delete", "valkeyconfig", name, "--wait=false") })
 	return name
 }
@@ -302,4 +308,34 @@ func (n *ns) roleOf(cluster, name string) string {
 		}
 	}
 	return ""
+}
+
+// TestDurableFullVolumeIsNamed: a durable server whose volume fills up (its AOF cannot grow)
+// refuses writes rather than acknowledge what it cannot keep, and a Warning Event names the
+// node and the cause.
+func TestDurableFullVolumeIsNamed(t *testing.T) {
+	n := newNamespace(t, "e2e-fullvol")
+	const cluster = "full"
+	cfg := n.durableConfigSized("Delete", "16Mi")
+	n.formCluster(cluster, cfg, 1, 0)
+	password := n.secretValue(cluster+"-auth", "password")
+	c := newClusterClient(t, addrsOf(n.podIPs(cluster)), password, nil)
+	ctx, cancel := ctxTimeout(time.Minute)
+	defer cancel()
+	// One key overwritten: memory holds one value while the AOF grows by one per write.
+	value := strings.Repeat("x", 1<<20)
+	var refused error
+	acked := 0
+	for i := 0; i < 40 && refused == nil; i++ {
+		if refused = c.Do(ctx, c.B().Set().Key("full:big").Value(value).Build()).Error(); refused == nil {
+			acked++
+		}
+	}
+	require.Error(t, refused, "writes are refused once the 16Mi volume is full")
+	assert.Contains(t, refused.Error(), "MISCONF", "the server says it cannot write its AOF")
+	t.Logf("e2e: full volume: %d 1 MiB writes acknowledged before the server refused: %v", acked, refused)
+	node := n.nodeNames(cluster)[0]
+	msg := n.waitWarning("PersistenceFailing", node+" (aof_last_write_status: err)", time.Minute)
+	t.Logf("e2e: full volume: warning: %s", msg)
+	assert.Contains(t, msg, "is the volume full?")
 }

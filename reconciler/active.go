@@ -96,6 +96,7 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 		return done(ctrl.Result{RequeueAfter: movedRecheck}, nil)
 	}
 	o := r.observed(p, p.cluster.Shards(), p.cluster.ReplicasPerShard())
+	p.reportPersistenceFaults()
 	out := r.resolveConfig(ctx, p)
 	switch {
 	case out == nil:

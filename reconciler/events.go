@@ -36,6 +36,7 @@ const (
 	ReasonVolumeNotExpandable = "VolumeExpansionUnsupported"
 	ReasonVolumeShrinkRefused = "VolumeShrinkRefused"
 	ReasonVolumeChangeRefused = "VolumeChangeRefused"
+	ReasonPersistenceFailing  = "PersistenceFailing" // a server cannot write its data to disk
 
 	// Warnings of live credentials and certificates.
 	ReasonACLApplyFailed   = "ACLApplyFailed"

@@ -305,3 +305,26 @@ func (r *Reconciler) podsCreated(p *pass, err error) *outcome {
 		return r.applied(p, "NodeConfigMap", err)
 	}
 }
+
+// reportPersistenceFaults names, in one Warning, the servers whose last write of their data
+// to disk failed (model.NodeState.PersistenceFaults): most often a full volume. Such a server
+// refuses writes until it can write again; the rest of the cluster serves on.
+func (p *pass) reportPersistenceFaults() {
+	snap := p.snapshot()
+	if snap == nil {
+		return
+	}
+	var faults []string
+	for _, st := range snap.Nodes {
+		if st.Reachable && len(st.PersistenceFaults) > 0 {
+			faults = append(faults, fmt.Sprintf("%s (%s: err)", st.Name, strings.Join(st.PersistenceFaults, ", ")))
+		}
+	}
+	if len(faults) == 0 {
+		p.settle(ReasonPersistenceFailing)
+		return
+	}
+	sort.Strings(faults)
+	p.raise(ReasonPersistenceFailing, "Persistence", "cannot write their data to disk, so they refuse writes: "+strings.Join(faults, "; ")+
+		"; is the volume full? Grow spec.persistence.size where the StorageClass allows expansion, or free space")
+}

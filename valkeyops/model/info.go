@@ -27,6 +27,11 @@ func ParseNodeState(n Node, clusterNodes, clusterInfo, info string) (NodeState, 
 	st.ReplOffset, _ = strconv.ParseInt(node["master_repl_offset"], 10, 64)
 	st.SyncInProgress = node["master_sync_in_progress"] == "1"
 	st.Loading = node["loading"] == "1"
+	for _, f := range persistenceStatusFields {
+		if node[f] == "err" {
+			st.PersistenceFaults = append(st.PersistenceFaults, f)
+		}
+	}
 	st.Keys = keysIn(node["db0"])
 	st.Version = node["valkey_version"]
 	if st.Version == "" {
@@ -48,6 +53,10 @@ func ParseNodeState(n Node, clusterNodes, clusterInfo, info string) (NodeState, 
 	}
 	return st, nil
 }
+
+// persistenceStatusFields are the INFO persistence fields that say whether the server's
+// last write to disk of each kind succeeded ("ok") or failed ("err").
+var persistenceStatusFields = []string{"aof_last_write_status", "aof_last_bgrewrite_status", "rdb_last_bgsave_status"}
 
 // keysIn reads keys=N from an INFO keyspace value ("keys=3,expires=0,avg_ttl=0"); 0 when
 // the database holds no key (INFO then has no line for it).

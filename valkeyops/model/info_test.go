@@ -44,6 +44,11 @@ func TestParseNodeState(t *testing.T) {
 	st, err = ParseNodeState(n, nodes, clusterInfo, info+"# Persistence\r\nloading:1\r\naof_enabled:1\r\n")
 	require.NoError(t, err)
 	assert.True(t, st.Loading, "INFO persistence says the dataset is still loading")
+	assert.Empty(t, st.PersistenceFaults)
+
+	st, err = ParseNodeState(n, nodes, clusterInfo, info+"# Persistence\r\nrdb_last_bgsave_status:ok\r\naof_last_bgrewrite_status:ok\r\naof_last_write_status:err\r\n")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"aof_last_write_status"}, st.PersistenceFaults, "a failed write to disk is named")
 
 	down := strings.Replace(info, "master_link_status:up", "master_link_status:down", 1)
 	st, err = ParseNodeState(n, nodes, strings.Replace(clusterInfo, "cluster_state:ok", "cluster_state:fail", 1), down)

@@ -47,9 +47,14 @@ type NodeState struct {
 	// Loading: the server is still loading its dataset from disk (a durable node restarted on
 	// its volume). It answers reads of its state meanwhile, but no MEET and no data command.
 	Loading bool
-	Keys    int64  // keys in db0, the only database in cluster mode
-	Version string // valkey_version from INFO server, e.g. "8.0.1"
-	View    []ClusterNode
+	// PersistenceFaults name what the server failed to write to disk last time it tried
+	// (INFO persistence fields that read "err": aof_last_write_status,
+	// aof_last_bgrewrite_status, rdb_last_bgsave_status), a full volume most often. A server
+	// that cannot write its AOF, or whose last snapshot failed, refuses writes (-MISCONF).
+	PersistenceFaults []string
+	Keys              int64  // keys in db0, the only database in cluster mode
+	Version           string // valkey_version from INFO server, e.g. "8.0.1"
+	View              []ClusterNode
 }
 
 // LinkedToPrimary reports whether the replica's link to its primary is up: connected, and
