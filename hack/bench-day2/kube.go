@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -266,6 +267,8 @@ type converge struct {
 	nodes    int    // ValkeyNodes, all Active, and as many pods with IPs
 	gone     string // a ValkeyNode that must be gone (retired); "" for none
 	balanced int    // > 0: exactly this many primaries, each within 1% of an even share
+	// connectTimeout > 0 bounds each connection of the cluster check (see clusterCheck).
+	connectTimeout time.Duration
 }
 
 // waitConverged polls until the cluster is converged as c says and `valkey-cli --cluster
@@ -300,7 +303,7 @@ func (b *bench) convergedNow(ctx context.Context, ns, cluster string, c converge
 		addr = net.JoinHostPort(ip, "6379")
 		break
 	}
-	out, err := clusterCheck(ctx, addr, password)
+	out, err := clusterCheck(ctx, addr, password, c.connectTimeout)
 	if err != nil || !strings.Contains(out, "[OK] All 16384 slots covered.") || strings.Contains(out, "[ERR]") ||
 		!strings.Contains(out, "[OK] All nodes agree about slots configuration.") {
 		return false, "cluster check: " + out
@@ -336,10 +339,17 @@ func balanced(view []model.ClusterNode, n int) (bool, string) {
 	return true, ""
 }
 
-// clusterCheck runs `valkey-cli --cluster check` as the default user.
-func clusterCheck(ctx context.Context, addr, password string) (string, error) {
+// clusterCheck runs `valkey-cli --cluster check` as the default user. valkey-cli connects to
+// every address the servers list; connectTimeout > 0 bounds each connection (its -t), so an
+// address a restarted pod left behind fails the check at once instead of holding it until
+// the 30 s bound (0: valkey-cli's default, no bound of its own).
+func clusterCheck(ctx context.Context, addr, password string, connectTimeout time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := valkeycli.Command(ctx, password, "--cluster", "check", addr).CombinedOutput()
+	args := []string{"--cluster", "check", addr}
+	if connectTimeout > 0 {
+		args = append([]string{"-t", strconv.FormatFloat(connectTimeout.Seconds(), 'f', -1, 64)}, args...)
+	}
+	out, err := valkeycli.Command(ctx, password, args...).CombinedOutput()
 	return string(out), err
 }

@@ -8,6 +8,8 @@
 //	drain: nodes=<n> data-mib=<m> total-s=<x> longest-drain-s=<y> longest-pause-s=<z> lost=<l>
 //	zone-loss: primaries-lost=<n> writes-resumed-s=<x> lost-replica-acked=<n>
 //	outage: shards=3 replicas=1 recovered-s=<x> converged-s=<y> warning=<message>
+//	durable: kind=crash-in-place writes-resumed-s=<x> lost-replica-acked=<n> lost-acked=<m> restarted-s=<y> same-nodes=<bool>
+//	durable: kind=full-restart recovered-s=<x> lost=<n> keys=<k> same-nodes=<bool>
 //
 // recovery: a 3x1 cluster with three writers running through cluster-mode valkey-go clients:
 // internal/loadgen over the whole key space (its acknowledged writes are read back afterwards:
@@ -54,6 +56,9 @@
 //
 // drain, zone-loss and outage: node maintenance, the loss of a zone and of every pod at once
 // (see drain.go, zoneloss.go, outage.go); -disruption-only runs just these three.
+//
+// durable: a 3x1 cluster with an AOF on a volume per node loses a primary's server, then
+// every pod at once, and comes back in place each time (see durable.go).
 //
 // With -fleet it runs the fleet scenario instead (see fleet.go; make bench-fleet).
 //
@@ -182,6 +187,11 @@ func run() error {
 	}
 	if err := b.disruptions(ctx); err != nil {
 		return b.explain(err)
+	}
+	if !*skipDurable {
+		if err := b.durable(ctx); err != nil {
+			return b.explain(fmt.Errorf("durable: %w", err))
+		}
 	}
 	if *skipScaleout {
 		return nil

@@ -66,9 +66,8 @@ func (b *bench) outage(ctx context.Context) error {
 	return b.deleteCluster(ctx, ns, name)
 }
 
-// writableAgain reports whether the cluster's pods are all new (none at an address in old),
-// `valkey-cli --cluster check` finds every slot covered, and a fresh cluster-mode client
-// writes and reads back keys on every shard.
+// writableAgain reports whether the cluster's pods are all new (none of a name in old) and
+// the cluster serves every slot again (servesEverySlot).
 func (b *bench) writableAgain(ctx context.Context, ns, name, password string, old map[string]string, pods int) (bool, string, error) {
 	ips, err := b.podIPs(ctx, ns, name)
 	if err != nil {
@@ -84,7 +83,14 @@ func (b *bench) writableAgain(ctx context.Context, ns, name, password string, ol
 	if len(addrs) < pods {
 		return false, fmt.Sprintf("%d of %d new pods have an IP", len(addrs), pods), nil
 	}
-	out, err := clusterCheck(ctx, addrs[0], password)
+	return servesEverySlot(ctx, addrs, password, 0)
+}
+
+// servesEverySlot reports whether `valkey-cli --cluster check` at the first of addrs finds
+// every slot covered and a fresh cluster-mode client on addrs writes and reads back keys on
+// every shard; connectTimeout is clusterCheck's.
+func servesEverySlot(ctx context.Context, addrs []string, password string, connectTimeout time.Duration) (bool, string, error) {
+	out, err := clusterCheck(ctx, addrs[0], password, connectTimeout)
 	if err != nil || !strings.Contains(out, "[OK] All 16384 slots covered.") || strings.Contains(out, "[ERR]") {
 		return false, "cluster check: " + firstLine(out), nil
 	}

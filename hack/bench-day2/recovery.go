@@ -94,38 +94,11 @@ func (b *bench) recoveries(ctx context.Context) error {
 // only the writes a replica confirmed. A crash loses what the primary took but had not yet
 // sent to its replica: lost-acked is Valkey's asynchronous replication window.
 func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) error {
-	nodes, err := b.valkeyNodes(ctx, ns, name)
-	if err != nil {
-		return err
-	}
-	ips, err := b.podIPs(ctx, ns, name)
+	victim, ips, self, err := b.primaryToLose(ctx, ns, name, password)
 	if err != nil {
 		return err
 	}
 	addrs := clientAddrs(ips)
-	victim := ""
-	for _, n := range nodes {
-		if n.Role == "primary" && ips[n.Name] != "" {
-			victim = n.Name
-			break
-		}
-	}
-	if victim == "" {
-		return fmt.Errorf("no primary among %v", nodes)
-	}
-	view, err := clusterNodes(ctx, net.JoinHostPort(ips[victim], "6379"), password)
-	if err != nil {
-		return err
-	}
-	var self *model.ClusterNode
-	for i := range view {
-		if view[i].Myself() {
-			self = &view[i]
-		}
-	}
-	if self == nil || !self.IsPrimary() || len(self.Slots) == 0 {
-		return fmt.Errorf("%s does not report itself as a slot-holding primary: %+v", victim, self)
-	}
 
 	c, err := clusterClient(addrs, password)
 	if err != nil {
@@ -175,19 +148,8 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 
 	// A replacement replica that joined just before (the previous scenario's heal) reaches
 	// the victim's view by gossip: read it again until it shows.
-	replicaAddr := ""
-	if err := poll.Until(ctx, 100*time.Millisecond, 30*time.Second, victim+" has a replica in its own view", func(ctx context.Context) (bool, string, error) {
-		view, err := clusterNodes(ctx, net.JoinHostPort(ips[victim], "6379"), password)
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		for _, n := range view {
-			if n.PrimaryID == self.ID {
-				replicaAddr = n.Addr()
-			}
-		}
-		return replicaAddr != "", fmt.Sprintf("%d nodes in its view, none a replica of it", len(view)), nil
-	}); err != nil {
+	replicaAddr, err := replicaInView(ctx, victim, ips[victim], self.ID, password)
+	if err != nil {
 		return err
 	}
 	verb := map[string]string{"pod-deleted": "delete", "crash": "kill"}[kind]
@@ -200,14 +162,7 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 			return err
 		}
 	case "crash":
-		ids, err := b.containers(ctx, ns, victim)
-		if err != nil {
-			return err
-		}
-		if len(ids) != 1 {
-			return fmt.Errorf("want one running container for pod %s, found %v", victim, ids)
-		}
-		if _, err := docker(ctx, "kill", "--signal", "KILL", ids[0]); err != nil {
+		if err := b.killServer(ctx, ns, victim); err != nil {
 			return err
 		}
 	}
@@ -222,20 +177,7 @@ func (b *bench) recovery(ctx context.Context, ns, name, password, kind string) e
 	logf("recovery %s: the victim's replica %s reported itself primary %.2fs after the %s", kind, replicaAddr, promotion.Seconds(), verb)
 	// The clients may still be catching up when the servers have converged: keep writing
 	// until each slot writer's last 100 writes were all acknowledged.
-	if err := poll.Until(ctx, 100*time.Millisecond, time.Minute, "the slot writers' writes acknowledged again", func(context.Context) (bool, string, error) {
-		var why []string
-		ok := true
-		for _, w := range []*loadgen.Writer{sw, dw} {
-			rs := w.Outcomes()
-			n := 0
-			for i := len(rs) - 1; i >= 0 && rs[i].Acked; i-- {
-				n++
-			}
-			ok = ok && n >= 100
-			why = append(why, fmt.Sprintf("%d writes, the last %d acknowledged", len(rs), n))
-		}
-		return ok, strings.Join(why, "; "), nil
-	}); err != nil {
+	if err := ackedAgain(ctx, "the slot writers' writes acknowledged again", sw, dw); err != nil {
 		return err
 	}
 	res := lw.Stop()
@@ -291,6 +233,97 @@ func tagIn(ctx context.Context, c valkey.Client, kind string, ranges []model.Slo
 		}
 	}
 	return "", 0, fmt.Errorf("no hash tag found in slots %v", ranges)
+}
+
+// primaryToLose picks a primary of the cluster with a pod IP and reads its own entry in its
+// CLUSTER NODES (its ID and slots), which must show a slot-holding primary; ips are the
+// cluster's pod IPs by pod name.
+func (b *bench) primaryToLose(ctx context.Context, ns, name, password string) (victim string, ips map[string]string, self model.ClusterNode, err error) {
+	nodes, err := b.valkeyNodes(ctx, ns, name)
+	if err != nil {
+		return "", nil, self, err
+	}
+	ips, err = b.podIPs(ctx, ns, name)
+	if err != nil {
+		return "", nil, self, err
+	}
+	for _, n := range nodes {
+		if n.Role == "primary" && ips[n.Name] != "" {
+			victim = n.Name
+			break
+		}
+	}
+	if victim == "" {
+		return "", nil, self, fmt.Errorf("no primary among %v", nodes)
+	}
+	view, err := clusterNodes(ctx, net.JoinHostPort(ips[victim], "6379"), password)
+	if err != nil {
+		return "", nil, self, err
+	}
+	var me *model.ClusterNode
+	for i := range view {
+		if view[i].Myself() {
+			me = &view[i]
+		}
+	}
+	if me == nil || !me.IsPrimary() || len(me.Slots) == 0 {
+		return "", nil, self, fmt.Errorf("%s does not report itself as a slot-holding primary: %+v", victim, me)
+	}
+	return victim, ips, *me, nil
+}
+
+// replicaInView reads the view of primary victim (at ip, node ID id) until it shows a replica
+// of it and returns that replica's address: a replacement replica that joined just before (a
+// previous scenario's heal) reaches the primary's view by gossip.
+func replicaInView(ctx context.Context, victim, ip, id, password string) (string, error) {
+	replicaAddr := ""
+	err := poll.Until(ctx, 100*time.Millisecond, 30*time.Second, victim+" has a replica in its own view", func(ctx context.Context) (bool, string, error) {
+		view, err := clusterNodes(ctx, net.JoinHostPort(ip, "6379"), password)
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, n := range view {
+			if n.PrimaryID == id {
+				replicaAddr = n.Addr()
+			}
+		}
+		return replicaAddr != "", fmt.Sprintf("%d nodes in its view, none a replica of it", len(view)), nil
+	})
+	return replicaAddr, err
+}
+
+// killServer SIGKILLs the one running container of pod (docker kill): a crash, which the
+// server cannot flush or hand over in.
+func (b *bench) killServer(ctx context.Context, ns, pod string) error {
+	ids, err := b.containers(ctx, ns, pod)
+	if err != nil {
+		return err
+	}
+	if len(ids) != 1 {
+		return fmt.Errorf("want one running container for pod %s, found %v", pod, ids)
+	}
+	_, err = docker(ctx, "kill", "--signal", "KILL", ids[0])
+	return err
+}
+
+// ackedAgain keeps the recording writers running until each one's last 100 writes were all
+// acknowledged: the clients may still be catching up when the servers have converged, and
+// an outage is only over once its writer took writes again.
+func ackedAgain(ctx context.Context, what string, writers ...*loadgen.Writer) error {
+	return poll.Until(ctx, 100*time.Millisecond, time.Minute, what, func(context.Context) (bool, string, error) {
+		var why []string
+		ok := true
+		for _, w := range writers {
+			rs := w.Outcomes()
+			n := 0
+			for i := len(rs) - 1; i >= 0 && rs[i].Acked; i-- {
+				n++
+			}
+			ok = ok && n >= 100
+			why = append(why, fmt.Sprintf("%d writes, the last %d acknowledged", len(rs), n))
+		}
+		return ok, strings.Join(why, "; "), nil
+	})
 }
 
 // watchPromotion polls the replica's own INFO replication every 20 ms (promotion-s: how much
