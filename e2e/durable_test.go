@@ -230,6 +230,7 @@ func TestDurableRestarts(t *testing.T) {
 	took := n.waitRestartedInPlace(cluster, crashed, 0, nodes, start)
 	t.Logf("e2e: durable: kind=crash-in-place converged-s=%.1f", took.Seconds())
 	assert.Equal(t, "replica", n.roleOf(cluster, crashed), "the crashed primary came back as its promoted replica's replica")
+	assert.Equal(t, int64(1), n.restarts(crashed), "one restart, counted once")
 
 	var deleted string
 	for _, s := range n.mustNodes(cluster) {
@@ -259,6 +260,10 @@ func TestDurableRestarts(t *testing.T) {
 	cancel()
 	c.Close()
 	watch = n.watchState(cluster)
+	counted := map[string]int64{}
+	for _, name := range nodes {
+		counted[name] = n.restarts(name)
+	}
 	start = time.Now()
 	n.kubectl("delete", "pod", "-l", "valkey.gomomento.com/cluster="+cluster, "--wait=false")
 	n.eventually(3*time.Minute, 250*time.Millisecond, "every slot served and writable again", func() (bool, string, error) {
@@ -273,6 +278,9 @@ func TestDurableRestarts(t *testing.T) {
 	after := n.nodeNames(cluster)
 	sort.Strings(after)
 	assert.Equal(t, nodes, after, "every node came back in place")
+	for _, name := range nodes {
+		assert.Equal(t, counted[name]+1, n.restarts(name), "%s: one more restart, counted once", name)
+	}
 	c = newClusterClient(t, addrsOf(n.podIPs(cluster)), password, nil)
 	ctx, cancel = ctxTimeout(time.Minute)
 	defer cancel()

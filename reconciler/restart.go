@@ -5,8 +5,10 @@ import (
 
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -46,17 +48,27 @@ func (r *Reconciler) restartPods(ctx context.Context, p *pass, names []string) e
 			p.log.Info("deleted exited pod to restart it on its volume", "pod", name)
 		}
 	}
+	// The pod cache may not show a pod made by the last pass yet: a restart is counted only
+	// for a pod that is really made now, or one real restart would count twice towards
+	// maxFailedStarts.
+	var made []views.Node
 	for _, n := range create {
-		if err := r.setNodeStatus(ctx, n, func(s *views.NodeStatus) { s.Restarts++; s.FailedStarts++ }); err != nil {
+		err := r.apiReader.Get(ctx, types.NamespacedName{Namespace: p.key.Namespace, Name: n.Name()}, &corev1.Pod{})
+		switch {
+		case apierrors.IsNotFound(err):
+			made = append(made, n)
+		case err != nil:
 			return err
 		}
 	}
-	if err := r.createPodsAtOnce(ctx, p, create); err != nil {
+	if err := r.createPodsAtOnce(ctx, p, made); err != nil {
 		return err
 	}
-	for _, n := range create {
-		st := n.Status()
-		r.event(p, n.U, ReasonNodeRestarted, "RestartNode", "Restarted ValkeyNode %s on its volume (restart %d)", n.Name(), st.Restarts)
+	for _, n := range made {
+		if err := r.setNodeStatus(ctx, n, func(s *views.NodeStatus) { s.Restarts++; s.FailedStarts++ }); err != nil {
+			return err
+		}
+		r.event(p, n.U, ReasonNodeRestarted, "RestartNode", "Restarted ValkeyNode %s on its volume (restart %d)", n.Name(), n.Status().Restarts)
 	}
 	return nil
 }
