@@ -347,3 +347,44 @@ func TestDurableFullVolumeIsNamed(t *testing.T) {
 	t.Logf("e2e: full volume: warning: %s", msg)
 	assert.Contains(t, msg, "is the volume full?")
 }
+
+// TestDurableBadStorageIsNamed: a ValkeyConfig naming a StorageClass that does not exist holds
+// the cluster's nodes back with a Warning naming the class (no claim, no pod is made), and a
+// class whose provisioner never answers leaves the claims Pending, named with their nodes in
+// a Warning after the slow-start time; nothing of either cluster pretends to run.
+func TestDurableBadStorageIsNamed(t *testing.T) {
+	n := newNamespace(t, "e2e-badstorage")
+	applyMenu(n)
+	class := n.name + "-nobody"
+	n.kubectlIn(fmt.Sprintf("apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: %s\nprovisioner: example.com/nobody-runs-this\nvolumeBindingMode: WaitForFirstConsumer\n", class), "apply", "-f", "-")
+	t.Cleanup(func() { _, _ = kubectlRun("", "delete", "storageclass", class, "--wait=false") })
+	for _, c := range []struct{ name, class string }{{"missing", "no-such-class"}, {"unbound", class}} {
+		n.kubectlIn(fmt.Sprintf(`apiVersion: valkey.gomomento.com/v1alpha1
+kind: ValkeyConfig
+metadata:
+  name: %[1]s-%[2]s
+spec:
+  baseRef: standard
+  persistence: {mode: AOF, size: 16Mi, storageClassName: %[3]s}
+`, n.name, c.name, c.class), "apply", "-f", "-")
+		cfg := n.name + "-" + c.name
+		t.Cleanup(func() { _, _ = kubectlRun("", "delete", "valkeyconfig", cfg, "--wait=false") })
+		n.applyCluster(c.name, cfg, 1, 0)
+	}
+
+	msg := n.waitWarning("StorageClassMissing", `StorageClass "no-such-class" of spec.persistence.storageClassName does not exist`, time.Minute)
+	t.Logf("e2e: bad storage: %s", msg)
+	assert.Empty(t, n.podsByName("missing"), "no pod is made without its claim")
+	assert.Empty(t, n.claims("missing"), "no claim is made in a class that does not exist")
+
+	msg = n.waitWarning("VolumeNotBound", "of ValkeyNode unbound-", time.Minute)
+	t.Logf("e2e: bad storage: %s", msg)
+	assert.Contains(t, msg, `(StorageClass "`+class+`")`)
+	for name, c := range n.claims("unbound") {
+		assert.Equal(t, "Pending", c.phase, "claim %s never binds", name)
+	}
+	for _, cluster := range []string{"missing", "unbound"} {
+		state := strings.TrimSpace(n.kubectl("get", "valkeycluster", cluster, "-o", "jsonpath={.status.state}"))
+		assert.Equal(t, "Creating", state, "cluster %s waits in Creating", cluster)
+	}
+}

@@ -37,6 +37,7 @@ const (
 	ReasonVolumeShrinkRefused = "VolumeShrinkRefused"
 	ReasonVolumeChangeRefused = "VolumeChangeRefused"
 	ReasonPersistenceFailing  = "PersistenceFailing" // a server cannot write its data to disk
+	ReasonVolumeNotBound      = "VolumeNotBound"
 
 	// Warnings of live credentials and certificates.
 	ReasonACLApplyFailed   = "ACLApplyFailed"

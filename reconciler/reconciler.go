@@ -257,6 +257,7 @@ func (r *Reconciler) steps() []step {
 		{"load-members", both, r.loadMembers},
 		{"ensure-budgets", both, r.ensureBudgets},
 		{"report-rejected-settings", both, r.reportRejectedSettings},
+		{"report-unbound-claims", both, r.reportUnboundClaims},
 		{"pass-formed", creating, r.passFormed},
 		{"resolve-config", creating, r.resolveConfig},
 		{"ensure-pods", creating, r.ensurePods},

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
@@ -327,4 +329,36 @@ func (p *pass) reportPersistenceFaults() {
 	sort.Strings(faults)
 	p.raise(ReasonPersistenceFailing, "Persistence", "cannot write their data to disk, so they refuse writes: "+strings.Join(faults, "; ")+
 		"; is the volume full? Grow spec.persistence.size where the StorageClass allows expansion, or free space")
+}
+
+// reportUnboundClaims names, in one Warning, the data claims that have not bound for
+// Options.SlowStart: their provisioner fails or is missing, or the class cannot place them.
+// Until a claim binds its pod cannot start, and the pod's own reason often only says it waits
+// for the volume.
+func (r *Reconciler) reportUnboundClaims(_ context.Context, p *pass) *outcome {
+	if stuck := unboundClaims(p.nodes, p.claimOf, r.opts.Now(), r.opts.SlowStart); len(stuck) > 0 {
+		p.raise(ReasonVolumeNotBound, "BindVolume", "data claims not bound after "+r.opts.SlowStart.String()+": "+strings.Join(stuck, "; ")+
+			"; see `kubectl describe pvc` for the provisioner's reason")
+	} else {
+		p.settle(ReasonVolumeNotBound)
+	}
+	return nil
+}
+
+// unboundClaims describes the claims of nodes (claimOf) still Pending slow after they were made.
+func unboundClaims(nodes []views.Node, claimOf func(views.Node) *corev1.PersistentVolumeClaim, now time.Time, slow time.Duration) []string {
+	var out []string
+	for _, n := range nodes {
+		c := claimOf(n)
+		if c == nil || c.Status.Phase != corev1.ClaimPending || c.DeletionTimestamp != nil || now.Sub(c.CreationTimestamp.Time) < slow {
+			continue
+		}
+		class := "the default class"
+		if c.Spec.StorageClassName != nil {
+			class = strconv.Quote(*c.Spec.StorageClassName)
+		}
+		out = append(out, fmt.Sprintf("%s of ValkeyNode %s (StorageClass %s)", c.Name, n.Name(), class))
+	}
+	sort.Strings(out)
+	return out
 }

@@ -94,7 +94,18 @@ func dropLost(v view) (Action, bool) {
 		if n.lost() && v.restartable(n) {
 			continue // restartLost brings it back
 		}
-		if n.lost() || v.failedRunning(n) {
+		if n.lost() && n.Durable && !v.otherCopy(n) {
+			// Its volume holds its shard's only copy, and its server cannot start from it:
+			// a replacement would throw that copy away (with its claim, under reclaim
+			// Delete). Only the user can say the data may go.
+			return Action{Kind: Wait, Warning: true, Reason: fmt.Sprintf("%s holds the only copy of shard %d's data on its volume, and its server failed to start from it %d times in a row; see `kubectl logs %s`; to give that data up and replace the node, delete PersistentVolumeClaim %s-data",
+				n.Name, n.Shard, n.FailedStarts, n.Name, n.Name)}, true
+		}
+		if v.unplaceable(n) && !v.otherCopy(n) {
+			return Action{Kind: Wait, Warning: true, Reason: fmt.Sprintf("%s holds the only copy of shard %d's data on its volume, and its pod has not been placed for %s: %s; bring its volume's host back, or delete PersistentVolumeClaim %s-data to give that data up and replace the node",
+				n.Name, n.Shard, Unplaceable, n.Unschedulable, n.Name)}, true
+		}
+		if n.lost() || v.failedRunning(n) || v.unplaceable(n) {
 			lost = append(lost, n)
 		}
 	}

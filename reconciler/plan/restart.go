@@ -5,6 +5,7 @@ import (
 	"net"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
@@ -34,6 +35,17 @@ const maxFailedStarts = 3
 // shard's only copy).
 func (v view) restartable(n *Node) bool {
 	return n.Durable && n.FailedStarts < maxFailedStarts && !(v.stale(n) && v.otherCopy(n))
+}
+
+// Unplaceable is how long a durable node's restarted pod may stay unschedulable (its volume
+// pins it to a host that is gone or full) before the node is replaced, when its shard has
+// another copy.
+const Unplaceable = 5 * time.Minute
+
+// unplaceable reports whether n was restarted on its volume and its pod has not been placed
+// for Unplaceable.
+func (v view) unplaceable(n *Node) bool {
+	return n.Durable && n.FailedStarts > 0 && n.Pod == PodStarting && n.Unschedulable != "" && n.NotReadyFor >= Unplaceable
 }
 
 // otherCopy reports whether another reachable member serves n's shard.

@@ -2,6 +2,7 @@ package plan_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/stretchr/testify/assert"
@@ -81,6 +82,30 @@ func TestDurableRestarts(t *testing.T) {
 				return s
 			})),
 			plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
+		{"a server that cannot start from the only copy of its shard waits for the user, never replaced",
+			live(t, 3, 0, []srv{
+				{name: "a0", shard: 0, pod: plan.PodGone, exited: true, durable: true, failed: 3},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "a2", shard: 2, slots: "10923-16383"},
+			}, ghost{id: "id-a0", slots: "0-5460", flags: "master,fail"}),
+			plan.Action{Kind: plan.Wait, Warning: true}},
+		{"a restarted replica whose pod cannot be placed for 5 minutes is replaced",
+			live(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[1].pod, s[1].durable, s[1].failed, s[1].unsched, s[1].slow = plan.PodStarting, true, 1, "node(s) had volume node affinity conflict", plan.Unplaceable
+				return s
+			})),
+			plan.Action{Kind: plan.MarkLeaving, Nodes: []string{"b0"}}},
+		{"a restarted replica whose pod cannot be placed yet is waited for",
+			live(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
+				s[1].pod, s[1].durable, s[1].failed, s[1].unsched, s[1].slow = plan.PodStarting, true, 1, "node(s) had volume node affinity conflict", time.Minute
+				return s
+			})),
+			plan.Action{Kind: plan.Wait, Warning: true}},
+		{"an unplaceable restarted node holding its shard's only copy waits for the user",
+			live(t, 3, 0, []srv{
+				{name: "a0", shard: 0, pod: plan.PodStarting, durable: true, failed: 1, unsched: "node(s) had volume node affinity conflict", slow: plan.Unplaceable},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "a2", shard: 2, slots: "10923-16383"},
+			}, ghost{id: "id-a0", slots: "0-5460", flags: "master,fail"}),
+			plan.Action{Kind: plan.Wait, Warning: true}},
 		{"a stale node lost while its shard has another copy is replaced, not restarted",
 			live(t, 2, 1, with(formed2x1(), func(s []srv) []srv {
 				s[1].pod, s[1].durable, s[1].hash = plan.PodGone, true, "h0"
