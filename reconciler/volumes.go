@@ -64,7 +64,7 @@ func (r *Reconciler) loadClaims(ctx context.Context, p *pass) error {
 // under its name was made for someone else.
 func (p *pass) claimOf(n views.Node) *corev1.PersistentVolumeClaim {
 	c := p.claims[render.DataClaimName(n.Name())]
-	if c == nil || c.Annotations[render.AnnotationNodeUID] != string(n.U.GetUID()) {
+	if c == nil || claimedFor(c, n) != nil {
 		return nil
 	}
 	return c

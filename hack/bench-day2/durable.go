@@ -336,17 +336,13 @@ func (b *bench) sameNodes(ctx context.Context, ns, cluster string, before []stri
 // podUIDs maps the UIDs of the cluster's pods that are not being deleted to their IPs (""
 // before one is assigned): a restarted durable node's pod has its predecessor's name.
 func (b *bench) podUIDs(ctx context.Context, ns, cluster string) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	l, err := b.env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelCluster + "=" + cluster})
+	pods, err := b.livePods(ctx, ns, cluster)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]string{}
-	for _, p := range l.Items {
-		if p.DeletionTimestamp == nil {
-			out[string(p.UID)] = p.Status.PodIP
-		}
+	for _, p := range pods {
+		out[string(p.UID)] = p.Status.PodIP
 	}
 	return out, nil
 }

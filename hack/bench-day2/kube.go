@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 
@@ -180,17 +182,26 @@ func (b *bench) valkeyNodes(ctx context.Context, ns, cluster string) ([]clusterv
 	return clusterview.List(ctx, b.dyn, ns, cluster)
 }
 
-// podIPs maps the cluster's pod names to their IPs (pods without an IP are left out).
-func (b *bench) podIPs(ctx context.Context, ns, cluster string) (map[string]string, error) {
+// livePods lists the cluster's pods that are not being deleted.
+func (b *bench) livePods(ctx context.Context, ns, cluster string) ([]corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l, err := b.env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelCluster + "=" + cluster})
 	if err != nil {
 		return nil, err
 	}
+	return slices.DeleteFunc(l.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }), nil
+}
+
+// podIPs maps the cluster's pod names to their IPs (pods without an IP are left out).
+func (b *bench) podIPs(ctx context.Context, ns, cluster string) (map[string]string, error) {
+	pods, err := b.livePods(ctx, ns, cluster)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]string{}
-	for _, p := range l.Items {
-		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+	for _, p := range pods {
+		if p.Status.PodIP != "" {
 			out[p.Name] = p.Status.PodIP
 		}
 	}
