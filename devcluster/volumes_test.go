@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gomomento/valkey-operator/devcluster/devtest"
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
@@ -204,6 +205,13 @@ func claimPod(name, claim string) *corev1.Pod {
 			Containers: []corev1.Container{{
 				Name: "main", Image: testimage.Image, Args: []string{"serve", "--port", "7000"},
 				VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+				// Ready only once the server answers at the pod's address: without a probe a
+				// pod is Ready when its container starts, before a fresh bridge routes to it
+				// (CI saw "no route to host" 40 ms after Ready).
+				ReadinessProbe: &corev1.Probe{
+					ProbeHandler:  corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(7000)}},
+					PeriodSeconds: 1,
+				},
 			}},
 			Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
