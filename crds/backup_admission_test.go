@@ -151,7 +151,7 @@ func backupAdmissionCases() []admissionCase {
 		admissionCase{name: "cluster: backup without schedule", kind: crds.KindCluster,
 			spec: cluster(`"backup":{"storage":` + validStorage + `}`), want: "spec.backup.schedule: Required value"},
 		admissionCase{name: "cluster: backup storage with a bad endpoint", kind: crds.KindCluster,
-			spec: cluster(`"backup":{"schedule":"@daily","storage":` + storageWith("endpoint", `"s3.amazonaws.com"`) + `}`), want: "spec.backup.storage.endpoint: Invalid value: \"string\": " + endpointScheme},
+			spec: cluster(`"backup":{"schedule":"@daily","storage":` + storageWith("endpoint", `"s3.amazonaws.com"`) + `}`), want: "spec.backup.storage.endpoint: Invalid value: \"s3.amazonaws.com\": " + endpointScheme},
 		admissionCase{name: "cluster: acl user named backup", kind: crds.KindCluster,
 			spec: cluster(`"acl":[{"username":"backup","passwordHashes":["` + strings.Repeat("a", 64) + `"],"permissions":[{"roleRef":"r"}]}]`),
 			want: "acl username 'backup' is reserved for the operator"},
@@ -171,7 +171,7 @@ func backupAdmissionCases() []admissionCase {
 			spec: cluster(`"restoreFrom":{"storage":` + validStorage + `,"path":"/p/c/b"}`), want: "path is a key prefix"},
 		admissionCase{name: "restore: storage with a bad bucket", kind: crds.KindCluster,
 			spec: cluster(`"restoreFrom":{"storage":` + storageWith("bucket", `"Bad_Bucket"`) + `,"path":"p/c/b"}`),
-			want: "spec.restoreFrom.storage.bucket: Invalid value: \"string\": " + bucketName},
+			want: "spec.restoreFrom.storage.bucket: Invalid value: \"Bad_Bucket\": " + bucketName},
 		admissionCase{name: "restore: backup name with an uppercase letter", kind: crds.KindCluster,
 			spec: cluster(`"restoreFrom":{"backup":"Nightly"}`), want: "backup must be the name of a ValkeyBackup"},
 	)
