@@ -30,6 +30,7 @@ const (
 	KindRole    = "ValkeyRole"
 	KindCluster = "ValkeyCluster"
 	KindNode    = "ValkeyNode"
+	KindBackup  = "ValkeyBackup"
 )
 
 //go:embed *.yaml

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -80,7 +81,7 @@ func TestOnRealAPIServer(t *testing.T) {
 	t.Run("kubectl get valkey lists every kind", func(t *testing.T) {
 		out, err := kubectl(env, "", "api-resources", "--categories=valkey", "-o", "name")
 		require.NoError(t, err, out)
-		for _, r := range []string{"valkeyimages", "valkeyconfigs", "valkeyroles", "valkeyclusters", "valkeynodes"} {
+		for _, r := range []string{"valkeyimages", "valkeyconfigs", "valkeyroles", "valkeyclusters", "valkeynodes", "valkeybackups"} {
 			assert.Contains(t, out, r+"."+crds.Group)
 		}
 	})
@@ -90,7 +91,8 @@ func TestOnRealAPIServer(t *testing.T) {
 		require.NoError(t, err)
 		require.NotEmpty(t, examples)
 		for _, f := range examples {
-			out, err := kubectl(env, "", "apply", "-n", "default", "-f", f)
+			manifest := withPlaceholders(t, f)
+			out, err := kubectlcmd.Runner{Kubeconfig: env.Kubeconfig, Timeout: time.Minute}.RunWithInput(ctx, manifest, "apply", "-n", "default", "-f", "-")
 			assert.NoError(t, err, "%s: %s", filepath.Base(f), out)
 		}
 	})
@@ -239,6 +241,161 @@ func TestOnRealAPIServer(t *testing.T) {
 		assert.Equal(t, "Creating", state)
 	})
 
+	t.Run("a ValkeyBackup is printed with its size and its spec is fixed at creation", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(env.Config)
+		require.NoError(t, err)
+		_, err = kubectl(env, "", "create", "namespace", "backups")
+		require.NoError(t, err)
+		backups := dyn.Resource(gvr(crds.KindBackup, "valkeybackups")).Namespace("backups")
+		created, err := backups.Create(ctx, object(t, crds.KindBackup, "backups", "nightly", `{"cluster":"my-cluster","storage":`+validStorage+`}`), metav1.CreateOptions{})
+		require.NoError(t, err)
+
+		// A status written without a phase reads Pending (the schema default).
+		require.NoError(t, unstructured.SetNestedField(created.Object, "waiting for my-cluster to be Active", "status", "message"))
+		updated, err := backups.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		phase, _, _ := unstructured.NestedString(updated.Object, "status", "phase")
+		assert.Equal(t, "Pending", phase)
+
+		require.NoError(t, unstructured.SetNestedField(updated.Object, "Completed", "status", "phase"))
+		require.NoError(t, unstructured.SetNestedField(updated.Object, int64(123456789), "status", "bytes"))
+		require.NoError(t, unstructured.SetNestedSlice(updated.Object, []any{map[string]any{
+			"index": int64(0), "object": "dev/backups/my-cluster/nightly/shard-0.rdb", "bytes": int64(123456789),
+			"sha256": strings.Repeat("ab", 32), "keys": int64(1000000), "slots": []any{"0-5460"}, "rdbVersion": int64(11),
+			"valkeyVersion": "8.0.1", "node": "my-cluster-1a4f2",
+		}}, "status", "shards"))
+		_, err = backups.UpdateStatus(ctx, updated, metav1.UpdateOptions{})
+		require.NoError(t, err)
+
+		for _, resource := range []string{"valkeybackups", "vkb"} {
+			out, err := kubectl(env, "backups", "get", resource)
+			require.NoError(t, err, out)
+			rows := kubectlcmd.Table(out)
+			require.Len(t, rows, 2, out)
+			assert.Equal(t, []string{"NAME", "CLUSTER", "PHASE", "SIZE", "AGE"}, rows[0])
+			require.Len(t, rows[1], 5, out)
+			assert.Equal(t, []string{"nightly", "my-cluster", "Completed", "123456789"}, rows[1][:4], resource)
+		}
+
+		const fixed = "ValkeyBackup spec is fixed at creation"
+		for _, edit := range []struct {
+			name  string
+			value any
+			path  []string
+		}{
+			{"cluster", "other-cluster", []string{"spec", "cluster"}},
+			{"bucket", "elsewhere", []string{"spec", "storage", "bucket"}},
+			{"credentials", "other-secret", []string{"spec", "storage", "credentialsSecretRef", "name"}},
+		} {
+			got, err := backups.Get(ctx, "nightly", metav1.GetOptions{})
+			require.NoError(t, err)
+			require.NoError(t, unstructured.SetNestedField(got.Object, edit.value, edit.path...))
+			_, err = backups.Update(ctx, got, metav1.UpdateOptions{})
+			if assert.Error(t, err, "editing %s", edit.name) {
+				assert.Contains(t, err.Error(), fixed)
+			}
+		}
+		got, err := backups.Get(ctx, "nightly", metav1.GetOptions{})
+		require.NoError(t, err)
+		got.SetLabels(map[string]string{"team": "payments"})
+		_, err = backups.Update(ctx, got, metav1.UpdateOptions{})
+		assert.NoError(t, err, "labels are not the spec")
+	})
+
+	t.Run("backup and restore fields: what is admitted and what is refused with its message", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(env.Config)
+		require.NoError(t, err)
+		resources := map[string]dynamic.ResourceInterface{
+			crds.KindBackup:  dyn.Resource(gvr(crds.KindBackup, "valkeybackups")).Namespace("default"),
+			crds.KindCluster: dyn.Resource(gvr(crds.KindCluster, "valkeyclusters")).Namespace("default"),
+		}
+		for i, tc := range backupAdmissionCases() {
+			t.Run(tc.name, func(t *testing.T) {
+				o := object(t, tc.kind, "default", fmt.Sprintf("admission-%d", i), tc.spec)
+				got, err := resources[tc.kind].Create(ctx, o, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				if tc.want == "" {
+					require.NoError(t, err, tc.spec)
+					if tc.check != nil {
+						tc.check(t, got)
+					}
+					return
+				}
+				if assert.Error(t, err, "admitted: %s", tc.spec) {
+					assert.Contains(t, err.Error(), tc.want)
+				}
+			})
+		}
+	})
+
+	t.Run("restoreFrom cannot be added, changed or removed; backup may change", func(t *testing.T) {
+		dyn, err := dynamic.NewForConfig(env.Config)
+		require.NoError(t, err)
+		clusters := dyn.Resource(gvr(crds.KindCluster, "valkeyclusters")).Namespace("default")
+		for _, o := range []*unstructured.Unstructured{
+			object(t, crds.KindCluster, "default", "restored", `{"configRef":"standard","shards":3,"restoreFrom":{"backup":"nightly"}}`),
+			object(t, crds.KindCluster, "default", "restored-elsewhere", `{"configRef":"standard","shards":3,"restoreFrom":{"storage":`+validStorage+`,"path":"prod/my-cluster/my-cluster-20261207030000"}}`),
+			object(t, crds.KindCluster, "default", "fresh", `{"configRef":"standard","shards":3}`),
+		} {
+			_, err := clusters.Create(ctx, o, metav1.CreateOptions{})
+			require.NoError(t, err)
+		}
+		const msg = "spec.restoreFrom is fixed at creation: it cannot be added, changed or removed"
+		for _, tc := range []struct {
+			name, cluster string
+			edit          func(u *unstructured.Unstructured) error
+			want          string // "" = admitted
+		}{
+			{"change the backup", "restored", func(u *unstructured.Unstructured) error {
+				return unstructured.SetNestedField(u.Object, "weekly", "spec", "restoreFrom", "backup")
+			}, msg},
+			{"remove it", "restored", func(u *unstructured.Unstructured) error {
+				unstructured.RemoveNestedField(u.Object, "spec", "restoreFrom")
+				return nil
+			}, msg},
+			{"change the path", "restored-elsewhere", func(u *unstructured.Unstructured) error {
+				return unstructured.SetNestedField(u.Object, "prod/my-cluster/my-cluster-20261208030000", "spec", "restoreFrom", "path")
+			}, msg},
+			{"change the storage's bucket", "restored-elsewhere", func(u *unstructured.Unstructured) error {
+				return unstructured.SetNestedField(u.Object, "other-bucket", "spec", "restoreFrom", "storage", "bucket")
+			}, msg},
+			{"add it", "fresh", func(u *unstructured.Unstructured) error {
+				return unstructured.SetNestedField(u.Object, "nightly", "spec", "restoreFrom", "backup")
+			}, msg},
+			{"scale a restored cluster", "restored", func(u *unstructured.Unstructured) error {
+				return unstructured.SetNestedField(u.Object, int64(4), "spec", "shards")
+			}, ""},
+			{"add a schedule", "restored", func(u *unstructured.Unstructured) error {
+				return unstructured.SetNestedMap(u.Object, map[string]any{"schedule": "@daily", "storage": map[string]any{
+					"endpoint": "http://10.0.0.5:8333", "bucket": "valkey-backups", "credentialsSecretRef": map[string]any{"name": "object-store"}}},
+					"spec", "backup")
+			}, ""},
+			{"change the schedule and suspend it", "restored", func(u *unstructured.Unstructured) error {
+				if err := unstructured.SetNestedField(u.Object, "0 */6 * * *", "spec", "backup", "schedule"); err != nil {
+					return err
+				}
+				return unstructured.SetNestedField(u.Object, true, "spec", "backup", "suspend")
+			}, ""},
+			{"remove the schedule", "restored", func(u *unstructured.Unstructured) error {
+				unstructured.RemoveNestedField(u.Object, "spec", "backup")
+				return nil
+			}, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				got, err := clusters.Get(ctx, tc.cluster, metav1.GetOptions{})
+				require.NoError(t, err)
+				require.NoError(t, tc.edit(got))
+				_, err = clusters.Update(ctx, got, metav1.UpdateOptions{})
+				if tc.want == "" {
+					assert.NoError(t, err)
+					return
+				}
+				if assert.Error(t, err) {
+					assert.Contains(t, err.Error(), tc.want)
+				}
+			})
+		}
+	})
+
 	// Last: once the admission policy is installed only the operator may write ValkeyNodes.
 	t.Run("deploy manifests apply and only the operator writes ValkeyNodes", func(t *testing.T) {
 		out, err := kubectl(env, "", "apply", "-f", filepath.Join(crds.Dir(), "..", "deploy"))
@@ -282,6 +439,30 @@ func TestOnRealAPIServer(t *testing.T) {
 		assert.Error(t, err, "users may not write ValkeyNode status")
 		assert.Error(t, user.Delete(ctx, "c-0000b", metav1.DeleteOptions{}), "users may not delete ValkeyNodes")
 		assert.NoError(t, op.Delete(ctx, "c-0000b", metav1.DeleteOptions{}))
+	})
+}
+
+// examplePlaceholders stand in for the values of .dev/object-store.env that the backup
+// example's ${...} placeholders name (the example's header tells users to fill them with
+// envsubst): each is a value the schema accepts, as the dev object store's are.
+var examplePlaceholders = map[string]string{
+	"ENDPOINT":   "http://172.18.0.1:8333",
+	"BUCKET":     "valkey-backups",
+	"ACCESS_KEY": "dev-access-key",
+	"SECRET_KEY": "dev-secret-key",
+}
+
+// withPlaceholders reads an example and fills its ${NAME} placeholders from
+// examplePlaceholders; a placeholder it does not know fails the test, so a new one cannot
+// reach the API server unfilled.
+func withPlaceholders(t *testing.T, path string) string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return os.Expand(string(raw), func(name string) string {
+		v, ok := examplePlaceholders[name]
+		assert.True(t, ok, "%s: unknown placeholder ${%s}", filepath.Base(path), name)
+		return v
 	})
 }
 

@@ -26,6 +26,8 @@ type clusterSpec struct {
 	Placement        Placement         `json:"placement,omitzero"`
 	PodAnnotations   map[string]string `json:"podAnnotations,omitempty"`
 	DefaultUser      string            `json:"defaultUser,omitempty"`
+	Backup           *BackupSchedule   `json:"backup,omitempty"`
+	RestoreFrom      *RestoreSource    `json:"restoreFrom,omitempty"`
 }
 
 func (c Cluster) spec() clusterSpec               { return decode[clusterSpec](c.U, specKey) }
@@ -76,6 +78,69 @@ func (c Cluster) Placement() Placement { return c.spec().Placement }
 
 func (c Cluster) PodAnnotations() map[string]string { return c.spec().PodAnnotations }
 
+// Backup is spec.backup, nil when the cluster has no backup schedule.
+func (c Cluster) Backup() *BackupSchedule { return c.spec().Backup }
+
+// RestoreFrom is spec.restoreFrom, nil when the cluster starts empty. The schema fixes it at
+// creation, so a reader may cache what it decided from it.
+func (c Cluster) RestoreFrom() *RestoreSource { return c.spec().RestoreFrom }
+
+// DefaultBackupKeep is spec.backup.keep's schema default.
+const DefaultBackupKeep = 7
+
+// BackupSchedule is spec.backup: when to back the cluster up, where to, and how many
+// completed scheduled backups to retain.
+type BackupSchedule struct {
+	// Schedule is the cron string as written (five fields or an @ descriptor, UTC); the
+	// schema checks its shape, the cron parser its meaning.
+	Schedule string        `json:"schedule,omitempty"`
+	Storage  BackupStorage `json:"storage,omitzero"`
+	// Keep is a pointer because absent means the schema default (KeepOrDefault), which an
+	// object built without the API server's defaulting does not carry.
+	Keep    *int `json:"keep,omitempty"`
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// KeepOrDefault is spec.backup.keep, DefaultBackupKeep when absent.
+func (b BackupSchedule) KeepOrDefault() int {
+	if b.Keep != nil {
+		return *b.Keep
+	}
+	return DefaultBackupKeep
+}
+
+// RestoreSource is spec.restoreFrom: exactly one of Backup (a ValkeyBackup in the
+// cluster's namespace) or Storage plus Path (a backup written elsewhere, found through the
+// manifest at {prefix}/{path}/manifest.json); the schema refuses anything else.
+type RestoreSource struct {
+	Backup  string        `json:"backup,omitempty"`
+	Storage BackupStorage `json:"storage,omitzero"`
+	Path    string        `json:"path,omitempty"`
+}
+
+// FromBackup reports whether the source is a ValkeyBackup by name rather than a location.
+func (r RestoreSource) FromBackup() bool { return r.Backup != "" }
+
+// BackupStorage is an S3-compatible location: spec.backup.storage and
+// spec.restoreFrom.storage of a ValkeyCluster, and spec.storage of a ValkeyBackup (one
+// schema, kept identical across the CRDs by crds/definitions_test.go).
+type BackupStorage struct {
+	Endpoint string `json:"endpoint,omitempty"`
+	Bucket   string `json:"bucket,omitempty"`
+	Prefix   string `json:"prefix,omitempty"`
+	Region   string `json:"region,omitempty"`
+	// CredentialsSecret names the Secret with keys accessKey and secretKey.
+	CredentialsSecret SecretRef `json:"credentialsSecretRef,omitzero"`
+	// CASecret names the Secret with key ca.crt; empty when the endpoint's certificate is
+	// signed by a public authority (or the endpoint is http://).
+	CASecret SecretRef `json:"caSecretRef,omitzero"`
+}
+
+// SecretRef names a Secret in the referring object's namespace.
+type SecretRef struct {
+	Name string `json:"name,omitempty"`
+}
+
 // Spec setters, used by tests and tools that build clusters. Each rewrites the spec with
 // one field changed; an empty value removes the field.
 
@@ -91,6 +156,15 @@ func (c Cluster) SetPlacement(p Placement) { c.editSpec(func(w *clusterSpec) { w
 
 func (c Cluster) SetPodAnnotations(m map[string]string) {
 	c.editSpec(func(w *clusterSpec) { w.PodAnnotations = m })
+}
+
+// SetBackup stores spec.backup (nil removes it).
+func (c Cluster) SetBackup(b *BackupSchedule) { c.editSpec(func(w *clusterSpec) { w.Backup = b }) }
+
+// SetRestoreFrom stores spec.restoreFrom (nil removes it). Only a new object may get one:
+// the schema refuses adding, changing or removing it afterwards.
+func (c Cluster) SetRestoreFrom(r *RestoreSource) {
+	c.editSpec(func(w *clusterSpec) { w.RestoreFrom = r })
 }
 
 // SetTLSSecretRef turns TLS on with the given Secret ("" removes spec.tls).

@@ -24,6 +24,14 @@ var (
 		map[string]any{"roleRef": "r2"},
 	}}}
 
+	fullStorage = views.BackupStorage{Endpoint: "https://s3.eu-west-1.amazonaws.com", Bucket: "backups", Prefix: "valkey/prod",
+		Region: "eu-west-1", CredentialsSecret: views.SecretRef{Name: "s3"}, CASecret: views.SecretRef{Name: "ca"}}
+	storedStorage = map[string]any{"endpoint": "https://s3.eu-west-1.amazonaws.com", "bucket": "backups", "prefix": "valkey/prod",
+		"region": "eu-west-1", "credentialsSecretRef": map[string]any{"name": "s3"}, "caSecretRef": map[string]any{"name": "ca"}}
+	keepTwo        = 2
+	fullSchedule   = &views.BackupSchedule{Schedule: "0 3 * * *", Storage: fullStorage, Keep: &keepTwo, Suspend: true}
+	storedSchedule = map[string]any{"schedule": "0 3 * * *", "storage": storedStorage, "keep": int64(2), "suspend": true}
+
 	fullNodeSpec = views.NodeSpec{Cluster: "c", Shard: 2, Image: "r:t", Version: "9.0.0", Valkey: map[string]string{"a": "b"},
 		Resources: views.Resources{CPU: "500m", Memory: "1Gi"}, Placement: fullPlacement, TLSSecretRef: "tls", SpecHash: "h"}
 	storedNodeSpec = map[string]any{"cluster": "c", "shard": int64(2), "image": "r:t", "version": "9.0.0",
@@ -70,6 +78,22 @@ func setterCases() []setterCase {
 			map[string]string{"x": "y"}},
 		{"cluster acl", views.NewClusterObject, func(u *unstructured.Unstructured) { cl(u).SetACL(fullACL) }, "spec",
 			map[string]any{"acl": storedACL}, func(u *unstructured.Unstructured) any { return cl(u).ACL() }, fullACL},
+		{"cluster backup", views.NewClusterObject, func(u *unstructured.Unstructured) { cl(u).SetBackup(fullSchedule) }, "spec",
+			map[string]any{"backup": storedSchedule}, func(u *unstructured.Unstructured) any { return cl(u).Backup() }, fullSchedule},
+		{"cluster backup, keep and suspend absent", views.NewClusterObject, func(u *unstructured.Unstructured) {
+			cl(u).SetBackup(&views.BackupSchedule{Schedule: "@daily", Storage: views.BackupStorage{Endpoint: "http://h:1", Bucket: "b",
+				CredentialsSecret: views.SecretRef{Name: "s"}}})
+		}, "spec", map[string]any{"backup": map[string]any{"schedule": "@daily", "storage": map[string]any{"endpoint": "http://h:1", "bucket": "b",
+			"credentialsSecretRef": map[string]any{"name": "s"}}}},
+			func(u *unstructured.Unstructured) any { return cl(u).Backup().KeepOrDefault() }, views.DefaultBackupKeep},
+		{"cluster restoreFrom a backup", views.NewClusterObject, func(u *unstructured.Unstructured) {
+			cl(u).SetRestoreFrom(&views.RestoreSource{Backup: "nightly"})
+		}, "spec", map[string]any{"restoreFrom": map[string]any{"backup": "nightly"}},
+			func(u *unstructured.Unstructured) any { return cl(u).RestoreFrom() }, &views.RestoreSource{Backup: "nightly"}},
+		{"cluster restoreFrom a location", views.NewClusterObject, func(u *unstructured.Unstructured) {
+			cl(u).SetRestoreFrom(&views.RestoreSource{Storage: fullStorage, Path: "ns/c/c-20261207030000"})
+		}, "spec", map[string]any{"restoreFrom": map[string]any{"storage": storedStorage, "path": "ns/c/c-20261207030000"}},
+			func(u *unstructured.Unstructured) any { return cl(u).RestoreFrom() }, &views.RestoreSource{Storage: fullStorage, Path: "ns/c/c-20261207030000"}},
 		{"cluster status", views.NewClusterObject, func(u *unstructured.Unstructured) { cl(u).SetStatus(status) }, "status",
 			map[string]any{"state": "Creating", "targetSpec": map[string]any{"shards": int64(3), "replicasPerShard": int64(0)}, "message": "m"},
 			func(u *unstructured.Unstructured) any { return cl(u).Status() }, status},

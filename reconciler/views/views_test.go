@@ -67,3 +67,44 @@ func TestNodeRoundTrip(t *testing.T) {
 	require.NoError(t, unstructured.SetNestedField(cp.U.Object, int64(2), "spec", "resources", "cpu"))
 	assert.Equal(t, "2", cp.Spec().Resources.CPU)
 }
+
+// TestClusterBackupFields: spec.backup and spec.restoreFrom as the API server stores them
+// (integers as int64, defaults applied) read into the view; absent fields read as nil, and
+// keep falls back to the schema default when an object was built without defaulting.
+func TestClusterBackupFields(t *testing.T) {
+	storage := map[string]any{"endpoint": "http://10.0.0.5:8333", "bucket": "valkey-backups", "prefix": "dev",
+		"credentialsSecretRef": map[string]any{"name": "object-store"}}
+	want := views.BackupStorage{Endpoint: "http://10.0.0.5:8333", Bucket: "valkey-backups", Prefix: "dev",
+		CredentialsSecret: views.SecretRef{Name: "object-store"}}
+
+	c := views.Cluster{U: views.NewClusterObject()}
+	assert.Nil(t, c.Backup(), "no spec.backup")
+	assert.Nil(t, c.RestoreFrom(), "no spec.restoreFrom")
+
+	c = views.Cluster{U: withPart(views.NewClusterObject, "spec", map[string]any{"shards": int64(3),
+		"backup":      map[string]any{"schedule": "@every 6h", "storage": storage, "keep": int64(2), "suspend": true},
+		"restoreFrom": map[string]any{"backup": "my-cluster-20261207030000"}})}
+	b := c.Backup()
+	require.NotNil(t, b)
+	assert.Equal(t, "@every 6h", b.Schedule)
+	assert.Equal(t, want, b.Storage)
+	assert.Equal(t, 2, b.KeepOrDefault())
+	assert.True(t, b.Suspend)
+	r := c.RestoreFrom()
+	require.NotNil(t, r)
+	assert.True(t, r.FromBackup())
+	assert.Equal(t, "my-cluster-20261207030000", r.Backup)
+	assert.Equal(t, views.BackupStorage{}, r.Storage)
+	assert.Equal(t, 3, c.Shards(), "the other fields still read")
+
+	c = views.Cluster{U: withPart(views.NewClusterObject, "spec", map[string]any{
+		"backup":      map[string]any{"schedule": "0 3 * * *", "storage": storage},
+		"restoreFrom": map[string]any{"storage": storage, "path": "prod/my-cluster/my-cluster-20261207030000"}})}
+	assert.Equal(t, views.DefaultBackupKeep, c.Backup().KeepOrDefault(), "keep absent: the schema default")
+	assert.False(t, c.Backup().Suspend)
+	r = c.RestoreFrom()
+	require.NotNil(t, r)
+	assert.False(t, r.FromBackup())
+	assert.Equal(t, want, r.Storage)
+	assert.Equal(t, "prod/my-cluster/my-cluster-20261207030000", r.Path)
+}
