@@ -430,6 +430,20 @@ func TestSnapshotStreamThroughput(t *testing.T) {
 					img.name, withTLS, res.Bytes, elapsed.Round(time.Millisecond), float64(res.Bytes)/1e6/elapsed.Seconds(), res.Diskless,
 					float64(base)/(1<<20), float64(growth)/(1<<20))
 				assert.Less(t, growth, int64(flatBound), "memory stays flat: peak heap growth %d bytes", growth)
+
+				// Baseline for the figure: valkey-cli --rdb, as the same user, inside the
+				// replica's container (no network between them).
+				cli := []string{"valkey-cli", "--user", model.BackupUser, "--pass", backupPassword, "--no-auth-warning"}
+				if withTLS {
+					cli = append(cli, "--tls", "--cacert", "/etc/valkey/tls/ca.crt", "--sni", tlsServerName)
+				}
+				start = time.Now()
+				code, text, err := s.f.env.Exec(ctx, s.replica.Name, append(cli, "--rdb", "/data/baseline.rdb")...)
+				cliElapsed := time.Since(start)
+				require.NoError(t, err)
+				require.Zero(t, code, "valkey-cli --rdb as the backup user: %s", text)
+				t.Logf("baseline valkey-cli --rdb %s tls=%t: %s = %.1f MB/s (stream/baseline time %.2f)", img.name, withTLS,
+					cliElapsed.Round(time.Millisecond), float64(res.Bytes)/1e6/cliElapsed.Seconds(), elapsed.Seconds()/cliElapsed.Seconds())
 			})
 		}
 	}
