@@ -218,7 +218,8 @@ func fileSHA256(t *testing.T, path string) (string, int64) {
 // type, encoding and TTL presence (digest over DUMP of every key). The backup user can do
 // nothing else (GET, KEYS, SCAN, DUMP, SET, CONFIG, PSYNC, INFO, ACL, CLUSTER, PUBLISH
 // refused NOPERM); a user without the grant gets a typed NOPERM error, a wrong password a
-// typed WRONGPASS; a cancelled context stops the stream with the context's error.
+// typed WRONGPASS; a stream cut midway is an error, never a result: by a cancelled context
+// (the context's error) or by the server (ErrShortStream).
 func TestSnapshotStream(t *testing.T) {
 	for _, img := range rotationImages {
 		for _, withTLS := range []bool{false, true} {
@@ -322,29 +323,37 @@ func TestSnapshotStream(t *testing.T) {
 				assert.Equal(t, "WRONGPASS", reply.Code())
 				assert.NotContains(t, err.Error(), "wrong", "the password is not in the error")
 
-				// A cancelled stream ends with the context's error, however far it got.
+				// Interrupted streams are errors, never complete: the replica writes its
+				// snapshot slowly (rdb-key-save-delay, µs per key), and the stream is cut
+				// once its first bytes arrived, by the caller (context) or by the server
+				// (CLIENT KILL of the stream's connection: the payload ends early).
+				s.do(t, s.replica, model.OperatorUser, operatorPassword, "CONFIG", "SET", "repl-diskless-sync", "yes", "rdb-key-save-delay", "200")
 				cctx, cancel := context.WithCancel(ctx)
-				w := &cancelAfter{after: 1, cancel: cancel}
-				_, err = snapshot.Stream(cctx, s.replica, w, snapshot.Options{Credentials: s.creds, BufferSize: 4096})
+				_, err = snapshot.Stream(cctx, s.replica, &onFirstWrite{do: cancel}, snapshot.Options{Credentials: s.creds})
+				cancel()
 				assert.ErrorIs(t, err, context.Canceled)
 				var op *model.OpError
 				if assert.ErrorAs(t, err, &op) {
 					assert.Equal(t, "snapshot-transfer", op.Step)
 				}
+				kill := func() { s.do(t, s.replica, model.OperatorUser, operatorPassword, "CLIENT", "KILL", "TYPE", "replica") }
+				_, err = snapshot.Stream(ctx, s.replica, &onFirstWrite{do: kill}, snapshot.Options{Credentials: s.creds})
+				assert.ErrorIs(t, err, snapshot.ErrShortStream, "a payload cut by the server is short, not complete")
 			})
 		}
 	}
 }
 
-// cancelAfter cancels after its after-th write.
-type cancelAfter struct {
-	after, n int
-	cancel   func()
+// onFirstWrite runs do on its first write.
+type onFirstWrite struct {
+	do   func()
+	done bool
 }
 
-func (c *cancelAfter) Write(p []byte) (int, error) {
-	if c.n++; c.n == c.after {
-		c.cancel()
+func (w *onFirstWrite) Write(p []byte) (int, error) {
+	if !w.done {
+		w.done = true
+		w.do()
 	}
 	return len(p), nil
 }
