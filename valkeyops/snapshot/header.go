@@ -12,8 +12,9 @@ import (
 // backup (format version, the server's version, the key count at fork time) without
 // parsing the data itself.
 type Header struct {
-	// Magic is the file's first bytes: "REDIS" (a four-digit version follows) or "VALKEY"
-	// (a three-digit version follows), the form Valkey uses for its own format versions.
+	// Magic is the file's first bytes: "REDIS" followed by a four-digit version (what Valkey
+	// 8.0.1 and 9.1.2 both write: REDIS0011), or "VALKEY" followed by three digits, read too
+	// in case a later release marks a format of its own that way.
 	Magic string
 	// Version is the RDB format version: a server refuses to load a higher one than it knows.
 	Version int

@@ -4,8 +4,9 @@
 // alone (REPLCONF rdb-only 1: the server then keeps no replication buffer for this client
 // and disconnects it once the payload is sent, so no replica slot outlives the transfer),
 // accepts the diskless form (REPLCONF capa eof: a server with repl-diskless-sync yes writes
-// the RDB straight to the socket instead of its disk), sends SYNC and copies the payload
-// through one fixed buffer, so memory stays flat whatever the snapshot's size.
+// the RDB straight to the socket instead of its disk; Valkey 9.1 does so for an rdb-only
+// client whatever that setting says), sends SYNC and copies the payload through one fixed
+// buffer, so memory stays flat whatever the snapshot's size.
 //
 // The server forks for the snapshot: callers stream from a replica so its primary does not.
 package snapshot
