@@ -358,18 +358,20 @@ func (w *onFirstWrite) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestSnapshotStreamThroughput streams a snapshot of about 100 MiB (incompressible values,
+// TestSnapshotStreamThroughput streams a snapshot of about 50 MiB (incompressible values,
 // so the RDB is as large as the data) from a replica into a file, reports bytes/s, and
 // proves the streaming process's memory flat: its heap in use, sampled throughout, never
-// grows by more than a few buffers (flatBound) over what it was before.
+// grows by more than a few buffers (flatBound, a sixth of the snapshot) over what it was
+// before. One image over TLS, the path with the most buffering; every image with and
+// without TLS at larger sizes is the backup benchmark's job.
 func TestSnapshotStreamThroughput(t *testing.T) {
 	const (
-		keys      = 100_000
+		keys      = 50_000
 		valueSize = 1024
 		flatBound = 8 << 20
 	)
-	for _, img := range rotationImages {
-		for _, withTLS := range []bool{false, true} {
+	for _, img := range rotationImages[1:] {
+		for _, withTLS := range []bool{true} {
 			t.Run(fmt.Sprintf("%s/tls=%t", img.name, withTLS), func(t *testing.T) {
 				s := newSnapshotSource(t, img.image, withTLS)
 				c := s.client(t, s.primary, model.OperatorUser, operatorPassword)
