@@ -52,22 +52,30 @@ func drainEveryNode(t *testing.T, n *ns, cluster string) (total time.Duration, l
 	t.Helper()
 	start := time.Now()
 	for _, node := range strings.Fields(n.kubectl("get", "nodes", "-o", "name")) {
-		hosted := 0
-		for _, p := range n.podsByName(cluster) {
-			if "node/"+p.Spec.NodeName == node {
-				hosted++
-			}
-		}
-		began := time.Now()
-		out, err := kubectlRun("", "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=150s",
-			"--pod-selector", render.LabelCluster+"="+cluster, "-n", n.name)
-		took := time.Since(began)
-		_, _ = kubectlRun("", "uncordon", node)
-		require.NoError(t, err, "kubectl drain %s: %s", node, out)
-		t.Logf("e2e: drained %s (%d pod(s) of %s) in %.1fs", node, hosted, cluster, took.Seconds())
-		longest = max(longest, took)
+		longest = max(longest, drainNode(t, n, cluster, node))
 	}
 	return time.Since(start), longest
+}
+
+// drainNode drains one dev node ("node/<name>") of the cluster's pods with kubectl, as an
+// upgrade tool does, uncordons it as soon as the drain returns, and returns how long the
+// drain took.
+func drainNode(t *testing.T, n *ns, cluster, node string) time.Duration {
+	t.Helper()
+	hosted := 0
+	for _, p := range n.podsByName(cluster) {
+		if "node/"+p.Spec.NodeName == node {
+			hosted++
+		}
+	}
+	began := time.Now()
+	out, err := kubectlRun("", "drain", node, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=150s",
+		"--pod-selector", render.LabelCluster+"="+cluster, "-n", n.name)
+	took := time.Since(began)
+	_, _ = kubectlRun("", "uncordon", node)
+	require.NoError(t, err, "kubectl drain %s: %s", node, out)
+	t.Logf("e2e: drained %s (%d pod(s) of %s) in %.1fs", node, hosted, cluster, took.Seconds())
+	return took
 }
 
 // budgetsOf returns the cluster's PodDisruptionBudgets by name.

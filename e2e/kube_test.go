@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,9 @@ func kubectlRun(stdin string, args ...string) (string, error) {
 type ns struct {
 	t    *testing.T
 	name string
+	// serverTLS is how the login and operator-command helpers reach this namespace's
+	// servers: nil for plaintext, the client side of the cluster's TLS otherwise.
+	serverTLS *tls.Config
 }
 
 // newNamespace creates a namespace for t. On failure it dumps the namespace's state and the

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -224,9 +225,12 @@ func sha256Hex(s string) string {
 }
 
 // tryLogin opens a fresh connection to addr as user and pings: nil when the login works.
-func tryLogin(addr, user, password string) error {
+func tryLogin(addr, user, password string) error { return tryLoginTLS(addr, user, password, nil) }
+
+// tryLoginTLS is tryLogin over TLS when tlsConfig is set.
+func tryLoginTLS(addr, user, password string, tlsConfig *tls.Config) error {
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: user, Password: password,
-		ForceSingleClient: true, DisableCache: true, DisableRetry: true, Dialer: dialer()})
+		ForceSingleClient: true, DisableCache: true, DisableRetry: true, Dialer: dialer(), TLSConfig: tlsConfig})
 	if err != nil {
 		return err
 	}
@@ -244,7 +248,7 @@ func (n *ns) waitLogins(cluster, user string, want map[string]bool) {
 		ips := n.podIPs(cluster)
 		for _, ip := range ips {
 			for pw, ok := range want {
-				err := tryLogin(ip+":6379", user, pw)
+				err := tryLoginTLS(ip+":6379", user, pw, n.serverTLS)
 				if ok && err != nil {
 					return false, fmt.Sprintf("%s refuses a password it should accept: %v", ip, err), nil
 				}
@@ -273,7 +277,7 @@ func (n *ns) waitOperatorRotated(cluster, oldPw, newPw string) {
 	n.waitLogins(cluster, model.ReplicationUser, map[string]bool{model.ReplicationPassword(oldPw): false, model.ReplicationPassword(newPw): true})
 	n.eventually(time.Minute, 100*time.Millisecond, "masterauth and the mounted replication login follow", func() (bool, string, error) {
 		for _, ip := range n.podIPs(cluster) {
-			msg, err := operatorCommand(ip, newPw, "CONFIG", "GET", "masterauth")
+			msg, err := operatorCommandTLS(ip, newPw, n.serverTLS, "CONFIG", "GET", "masterauth")
 			if err != nil {
 				return false, err.Error(), nil
 			}
@@ -298,18 +302,18 @@ func (n *ns) requireReplicasReauthenticate(cluster, pw string) {
 	n.t.Helper()
 	var replicas []string
 	for _, ip := range n.podIPs(cluster) {
-		info, err := replicationInfo(ip, pw)
+		info, err := replicationInfoTLS(ip, pw, n.serverTLS)
 		require.NoError(n.t, err)
 		if strings.Contains(info, "role:slave") || strings.Contains(info, "role:replica") {
 			replicas = append(replicas, ip)
-			_, err := operatorCommand(ip, pw, "CLIENT", "KILL", "TYPE", "master")
+			_, err := operatorCommandTLS(ip, pw, n.serverTLS, "CLIENT", "KILL", "TYPE", "master")
 			require.NoError(n.t, err, "dropping %s's link to its primary", ip)
 		}
 	}
 	require.NotEmpty(n.t, replicas)
 	n.eventually(30*time.Second, 100*time.Millisecond, "replicas re-linked to their primaries", func() (bool, string, error) {
 		for _, ip := range replicas {
-			info, err := replicationInfo(ip, pw)
+			info, err := replicationInfoTLS(ip, pw, n.serverTLS)
 			if err != nil {
 				return false, err.Error(), nil
 			}
@@ -323,8 +327,13 @@ func (n *ns) requireReplicasReauthenticate(cluster, pw string) {
 
 // operatorCommand runs one command on the server at ip as the operator's user.
 func operatorCommand(ip, pw string, args ...string) (valkey.ValkeyMessage, error) {
+	return operatorCommandTLS(ip, pw, nil, args...)
+}
+
+// operatorCommandTLS is operatorCommand over TLS when tlsConfig is set.
+func operatorCommandTLS(ip, pw string, tlsConfig *tls.Config, args ...string) (valkey.ValkeyMessage, error) {
 	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: "operator", Password: pw,
-		ForceSingleClient: true, DisableCache: true, Dialer: dialer()})
+		ForceSingleClient: true, DisableCache: true, Dialer: dialer(), TLSConfig: tlsConfig})
 	if err != nil {
 		return valkey.ValkeyMessage{}, err
 	}
@@ -334,9 +343,10 @@ func operatorCommand(ip, pw string, args ...string) (valkey.ValkeyMessage, error
 	return c.Do(ctx, c.B().Arbitrary(args...).Build()).ToMessage()
 }
 
-// replicationInfo is INFO replication of the server at ip, read as the operator.
-func replicationInfo(ip, pw string) (string, error) {
-	msg, err := operatorCommand(ip, pw, "INFO", "replication")
+// replicationInfoTLS is INFO replication of the server at ip, read as the operator (over TLS
+// when tlsConfig is set).
+func replicationInfoTLS(ip, pw string, tlsConfig *tls.Config) (string, error) {
+	msg, err := operatorCommandTLS(ip, pw, tlsConfig, "INFO", "replication")
 	if err != nil {
 		return "", err
 	}
