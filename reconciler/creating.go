@@ -113,6 +113,24 @@ func (r *Reconciler) passFormed(ctx context.Context, p *pass) *outcome {
 	return r.activate(ctx, p)
 }
 
+// holdRestore keeps a cluster that asks to be restored (spec.restoreFrom) in Creating with a
+// Warning: this operator version does not load a backup yet, and forming the cluster empty
+// would look like a restore that lost every key. The schema fixes restoreFrom at creation,
+// so the user's way out is to delete the cluster, or to wait for an operator that restores.
+func (r *Reconciler) holdRestore(_ context.Context, p *pass) *outcome {
+	src := p.cluster.RestoreFrom()
+	if src == nil {
+		return nil
+	}
+	from := "the backup at " + strconv.Quote(src.Path)
+	if src.FromBackup() {
+		from = "ValkeyBackup " + strconv.Quote(src.Backup)
+	}
+	p.raise(ReasonRestoreUnavailable, "Restore", "spec.restoreFrom ("+from+") cannot be restored by this operator version yet; "+
+		"the cluster waits in Creating rather than start empty (delete it to start without the backup)")
+	return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
+}
+
 func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken map[string]bool) (views.Node, error) {
 	spec := render.NodeSpec(p.cluster, shard, p.resolved, r.opts.Settings.DefaultZoneSpread)
 	for attempt := 0; ; attempt++ {

@@ -22,6 +22,9 @@ const (
 	ReasonConnectFailed     = "ConnectFailed"
 	ReasonObserveFailed     = "ObserveFailed"
 	ReasonBootstrapFailed   = "BootstrapFailed"
+	// ReasonRestoreUnavailable: spec.restoreFrom asks for data this operator version cannot
+	// load yet (issue #25), so the cluster waits in Creating rather than form empty.
+	ReasonRestoreUnavailable = "RestoreUnavailable"
 
 	// Warnings of the Active phase's topology.
 	ReasonTopologyStall = "TopologyStalled"

@@ -225,6 +225,35 @@ func TestMissingReferencesBlockThenUnblock(t *testing.T) {
 	}
 }
 
+// TestRestoreIsHeldUntilSupported: a cluster created with spec.restoreFrom, which this
+// operator version cannot load yet, waits in Creating with a Warning naming its source and
+// never forms empty (no node, no pod).
+func TestRestoreIsHeldUntilSupported(t *testing.T) {
+	t.Parallel()
+	storage := views.BackupStorage{Endpoint: "http://objects.example:8333", Bucket: "backups",
+		CredentialsSecret: views.SecretRef{Name: "s3"}}
+	tests := []struct {
+		name   string
+		source views.RestoreSource
+		names  string
+	}{
+		{"a ValkeyBackup", views.RestoreSource{Backup: "nightly-20261201000000"}, `ValkeyBackup "nightly-20261201000000"`},
+		{"a location", views.RestoreSource{Storage: storage, Path: "prod/cache/nightly"}, `the backup at "prod/cache/nightly"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ns := newNamespace(t)
+			src := tc.source
+			key := createCluster(t, ns, "c", menu(t, ns, nil), clusterOpts{shards: 1, replicas: 1, restoreFrom: &src})
+			waitEvent(t, key, corev1.EventTypeWarning, "RestoreUnavailable", tc.names)
+			st := getCluster(t, key).Status()
+			assert.Equal(t, views.StateCreating, st.State)
+			assert.Empty(t, listNodes(t, key), "no node is made for an empty cluster")
+		})
+	}
+}
+
 // TestRenderedPod checks the pods as the API server stores them, for both zoneSpread modes.
 func TestRenderedPod(t *testing.T) {
 	t.Parallel()

@@ -259,6 +259,7 @@ func (r *Reconciler) steps() []step {
 		{"report-rejected-settings", both, r.reportRejectedSettings},
 		{"report-unbound-claims", both, r.reportUnboundClaims},
 		{"pass-formed", creating, r.passFormed},
+		{"hold-restore", creating, r.holdRestore},
 		{"resolve-config", creating, r.resolveConfig},
 		{"ensure-pods", creating, r.ensurePods},
 		{"observe-forming", creating, r.observeForming},

@@ -177,6 +177,7 @@ type clusterOpts struct {
 	placement        views.Placement
 	annotations      map[string]string
 	acl              []views.ACLUser
+	restoreFrom      *views.RestoreSource
 }
 
 func createCluster(t *testing.T, ns, name, configRef string, o clusterOpts) types.NamespacedName {
@@ -191,6 +192,7 @@ func createCluster(t *testing.T, ns, name, configRef string, o clusterOpts) type
 	c.SetPlacement(o.placement)
 	c.SetPodAnnotations(o.annotations)
 	c.SetACL(o.acl)
+	c.SetRestoreFrom(o.restoreFrom)
 	require.NoError(t, k8s.Create(context.Background(), c.U))
 	return types.NamespacedName{Namespace: ns, Name: name}
 }
