@@ -94,13 +94,15 @@ func TestCreatingToActive(t *testing.T) {
 	assert.Equal(t, render.ExporterPasswords(string(sec.Data["operator-password"])), sec.Data["exporter-passwords.json"])
 	cm := &corev1.ConfigMap{}
 	getObj(t, cm, ns, "c1-acl")
-	// The exact file: the four users, each password only as its hash; the applications'
+	// The exact file: the five users, each password only as its hash; the applications'
 	// default user administers nothing, the replication user only replicates (no CLUSTER
-	// SYNCSLOTS: the image is Valkey 8.0), the exporter user only reads statistics.
+	// SYNCSLOTS: the image is Valkey 8.0), the exporter user only reads statistics, the backup
+	// user only streams a snapshot.
 	assert.Equal(t, "user default on #"+hashHex(string(sec.Data["password"]))+" ~* resetchannels &* +@all -@admin -@dangerous +info\n"+
 		"user operator on #"+hashHex(string(sec.Data["operator-password"]))+" ~* resetchannels &* +@all\n"+
 		"user replication on #"+hashHex(model.ReplicationPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +psync +sync +replconf +ping\n"+
-		"user exporter on #"+hashHex(model.ExporterPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n",
+		"user exporter on #"+hashHex(model.ExporterPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n"+
+		"user backup on #"+hashHex(model.BackupPassword(string(sec.Data["operator-password"])))+" resetchannels -@all +replconf +sync\n",
 		cm.Data["users.acl"])
 	for _, o := range []client.Object{svc, sec, cm} {
 		assert.True(t, metav1.IsControlledBy(o, cluster.U), "%s owned by the cluster", o.GetName())

@@ -39,8 +39,9 @@ import (
 // server (a pod starting, one lost) no server loses any operator password: that node may
 // authenticate with one.
 //
-// The replication and exporter users' passwords are derived from the operator password
-// (model.ReplicationPassword, ExporterPassword) and rotate with it, in the same passes.
+// The replication, exporter and backup users' passwords are derived from the operator
+// password (model.ReplicationPassword, ExporterPassword, BackupPassword) and rotate with it,
+// in the same passes.
 // One exception: an exporter sidecar reads its password file once, when its pod starts, so
 // it keeps logging in with the password of the login its pod was created under. That pod's
 // server alone keeps accepting it (the pod's AnnotationExporterPassword names its hash) until
@@ -76,8 +77,8 @@ type aclFix struct {
 // the hash of the password its exporter sidecar logs in with (its pod's annotation). It is
 // pure.
 //
-// Only what differs is changed. The operator, replication and exporter users accept the
-// passwords of login and wanted (rotating). A server keeps every other hash it accepts while
+// Only what differs is changed. The operator user and the users whose passwords are derived
+// from it (loginUsers) accept the passwords of login and wanted (rotating). A server keeps every other hash it accepts while
 // a password may still be in use: while some node is not readable (it may be a replica that
 // authenticates with one of them) and while some server's replication login is still to be
 // changed (its replica may reconnect with the old one before this pass changes it). A
@@ -162,9 +163,9 @@ func planCredentials(spec model.ACLSpec, login, wanted string, nodes []string, h
 }
 
 // rotating is spec with the operator logging in with login, and both sides of a rotation
-// from login to wanted accepted: the operator, replication and exporter users accept the
-// wanted password's hash (the replication and exporter users those of the passwords derived
-// from it) besides the login's. A node started now gets this, and every server holds it
+// from login to wanted accepted: the operator user accepts the wanted password's hash, and
+// each user whose password is derived from it (loginUsers) the hash of the one derived from
+// the wanted password, besides the login's. A node started now gets this, and every server holds it
 // before the switch.
 func rotating(spec model.ACLSpec, login, wanted string) model.ACLSpec {
 	spec.OperatorPassword = login
@@ -190,6 +191,7 @@ var loginUsers = []loginUser{
 	{model.OperatorUser, func(p string) string { return p }, func(s *model.ACLSpec) *[]string { return &s.OperatorExtraHashes }},
 	{model.ReplicationUser, model.ReplicationPassword, func(s *model.ACLSpec) *[]string { return &s.ReplicationExtraHashes }},
 	{model.ExporterUser, model.ExporterPassword, func(s *model.ACLSpec) *[]string { return &s.ExporterExtraHashes }},
+	{model.BackupUser, model.BackupPassword, func(s *model.ACLSpec) *[]string { return &s.BackupExtraHashes }},
 }
 
 // exporterLogins maps each node whose pod runs the exporter to the hash of the password the

@@ -25,6 +25,7 @@ func TestPlanCredentials(t *testing.T) {
 			s.OperatorExtraHashes = append(s.OperatorExtraHashes, model.HashPassword(l))
 			s.ReplicationExtraHashes = append(s.ReplicationExtraHashes, model.HashPassword(model.ReplicationPassword(l)))
 			s.ExporterExtraHashes = append(s.ExporterExtraHashes, model.HashPassword(model.ExporterPassword(l)))
+			s.BackupExtraHashes = append(s.BackupExtraHashes, model.HashPassword(model.BackupPassword(l)))
 		}
 		user, pw := model.ReplicationLogin(masterauth)
 		return model.AuthState{Node: model.Node{Name: name}, Users: s.Expected(),
@@ -42,6 +43,12 @@ func TestPlanCredentials(t *testing.T) {
 		u := st.Users[model.ExporterUser]
 		u.Hashes = slices.Sorted(slices.Values(append(slices.Clone(u.Hashes), exporterHash(pw))))
 		st.Users[model.ExporterUser] = u
+		return st
+	}
+	// withoutBackup is st as a server runs it under an operator from before the backup user:
+	// its ACL file and its live users lack it.
+	withoutBackup := func(st model.AuthState) model.AuthState {
+		delete(st.Users, model.BackupUser)
 		return st
 	}
 	unreadable := func(name string) model.AuthState {
@@ -105,13 +112,13 @@ func TestPlanCredentials(t *testing.T) {
 		{
 			name: "rotation, first pass: the new password is added everywhere, then logged in with", login: c, want: d, spec: spec, nodes: []string{"a", "b"},
 			held:        []model.AuthState{holds("a", spec, c, c), holds("b", spec, c, c)},
-			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"exporter", "operator", "replication"}, logins: []string{c, d}}},
+			fixes:       []fix{{nodes: []string{"a", "b"}, users: []string{"backup", "exporter", "operator", "replication"}, logins: []string{c, d}}},
 			switchLogin: true,
 		},
 		{
 			name: "rotation waits for a node that is not a ready server", login: c, want: d, spec: spec, nodes: []string{"a", "b", "starting"},
 			held:       []model.AuthState{holds("a", spec, c, c), holds("b", spec, c, c, d)},
-			fixes:      []fix{{nodes: []string{"a"}, users: []string{"exporter", "operator", "replication"}, logins: []string{c, d}}},
+			fixes:      []fix{{nodes: []string{"a"}, users: []string{"backup", "exporter", "operator", "replication"}, logins: []string{c, d}}},
 			waitingFor: "starting",
 		},
 		{
@@ -127,7 +134,7 @@ func TestPlanCredentials(t *testing.T) {
 		{
 			name: "rotation, third pass: every masterauth follows the login, the old password goes", login: d, want: d, spec: spec, nodes: []string{"a", "b"},
 			held:    []model.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
-			fixes:   []fix{{nodes: []string{"a", "b"}, users: []string{"exporter", "operator", "replication"}, logins: []string{d}}},
+			fixes:   []fix{{nodes: []string{"a", "b"}, users: []string{"backup", "exporter", "operator", "replication"}, logins: []string{d}}},
 			retired: true,
 		},
 		{
@@ -149,7 +156,7 @@ func TestPlanCredentials(t *testing.T) {
 		{
 			name: "once every node is seen a stale operator password goes", login: d, want: d, spec: spec, nodes: []string{"a"},
 			held:    []model.AuthState{holds("a", spec, d, d, "older-pw")},
-			fixes:   []fix{{nodes: []string{"a"}, users: []string{"exporter", "operator", "replication"}, logins: []string{d}}},
+			fixes:   []fix{{nodes: []string{"a"}, users: []string{"backup", "exporter", "operator", "replication"}, logins: []string{d}}},
 			retired: true,
 		},
 		{
@@ -157,8 +164,8 @@ func TestPlanCredentials(t *testing.T) {
 			held:      []model.AuthState{holds("a", spec, d, c, d), holds("b", spec, d, c, d)},
 			exporters: map[string]string{"a": exporterHash(c), "b": exporterHash(d)},
 			fixes: []fix{
-				{nodes: []string{"a"}, users: []string{"operator", "replication"}, logins: []string{d}, exporterKeeps: []string{c}},
-				{nodes: []string{"b"}, users: []string{"exporter", "operator", "replication"}, logins: []string{d}},
+				{nodes: []string{"a"}, users: []string{"backup", "operator", "replication"}, logins: []string{d}, exporterKeeps: []string{c}},
+				{nodes: []string{"b"}, users: []string{"backup", "exporter", "operator", "replication"}, logins: []string{d}},
 			},
 			retired: true,
 		},
@@ -177,6 +184,17 @@ func TestPlanCredentials(t *testing.T) {
 			name: "an annotation naming a password the server does not hold adds nothing", login: d, want: d, spec: spec, nodes: []string{"a"},
 			held:      []model.AuthState{holds("a", spec, d, d)},
 			exporters: map[string]string{"a": exporterHash("chosen-by-someone")},
+		},
+		{
+			name: "operator upgrade: servers without the backup user get it live, and nothing else changes", login: c, want: c, spec: spec, nodes: []string{"a", "b"},
+			held:  []model.AuthState{withoutBackup(holds("a", spec, c, c)), withoutBackup(holds("b", spec, c, c))},
+			fixes: []fix{{nodes: []string{"a", "b"}, users: []string{"backup"}, logins: []string{c}}},
+		},
+		{
+			name: "operator upgrade mid-rotation: the backup user arrives accepting both passwords", login: c, want: d, spec: spec, nodes: []string{"a"},
+			held:        []model.AuthState{withoutBackup(holds("a", spec, c, c, d))},
+			fixes:       []fix{{nodes: []string{"a"}, users: []string{"backup"}, logins: []string{c, d}}},
+			switchLogin: true,
 		},
 		{
 			name: "the Secret changed back mid-rotation: the record follows it", login: d, want: c, spec: spec, nodes: []string{"a"},
@@ -199,12 +217,13 @@ func TestPlanCredentials(t *testing.T) {
 					}
 				}
 				// The operator user accepts exactly the logins and the kept passwords; the
-				// replication and exporter users the passwords derived from the same ones, and
+				// replication, exporter and backup users the passwords derived from the same ones, and
 				// the exporter user also the one its own exporter keeps.
-				var op, repl, exp []string
+				var op, repl, exp, backup []string
 				for _, pw := range append(slices.Clone(got.logins), tt.acceptsExtra...) {
 					op = append(op, model.HashPassword(pw))
 					repl = append(repl, model.HashPassword(model.ReplicationPassword(pw)))
+					backup = append(backup, model.HashPassword(model.BackupPassword(pw)))
 					exp = append(exp, exporterHash(pw))
 				}
 				for _, pw := range []string{c, d} {
@@ -216,6 +235,7 @@ func TestPlanCredentials(t *testing.T) {
 				assert.ElementsMatch(t, op, users[model.OperatorUser].Hashes, "operator user's passwords")
 				assert.ElementsMatch(t, repl, users[model.ReplicationUser].Hashes, "replication user's passwords")
 				assert.ElementsMatch(t, exp, users[model.ExporterUser].Hashes, "exporter user's passwords")
+				assert.ElementsMatch(t, backup, users[model.BackupUser].Hashes, "backup user's passwords")
 				assert.Equal(t, tt.spec.DefaultPassword, f.spec.DefaultPassword)
 				assert.Equal(t, tt.login, f.spec.OperatorPassword, "the login is always accepted")
 				fixes = append(fixes, got)

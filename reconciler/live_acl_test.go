@@ -21,7 +21,7 @@ import (
 // on a real API server, with fake servers that boot from the mounted files and refuse a login
 // their operator user does not accept: an ACL edit reaches every server; a changed
 // operator-password and then a deleted auth Secret are rotated onto every server, replicas'
-// masterauth included, without a single refused login; the record of the accepted password
+// masterauth and the backup user's derived password included, without a single refused login; the record of the accepted password
 // follows; a deleted record is put back from what the operator knows.
 func TestLiveCredentials(t *testing.T) {
 	t.Parallel()
@@ -79,6 +79,9 @@ func TestLiveCredentials(t *testing.T) {
 				return err
 			}
 			if err := hashesAre(s, model.ReplicationUser, model.ReplicationPassword(op)); err != nil {
+				return err
+			}
+			if err := hashesAre(s, model.BackupUser, model.BackupPassword(op)); err != nil {
 				return err
 			}
 			if err := hashesAre(s, "default", app); err != nil {

@@ -79,7 +79,8 @@ func TestACLSpec(t *testing.T) {
 			want := "user default " + state + " #" + model.HashPassword("d-pw") + " ~* resetchannels &* +@all -@admin -@dangerous +info\n" +
 				"user operator on #" + model.HashPassword("o-pw") + " ~* resetchannels &* +@all\n" +
 				"user replication on #" + model.HashPassword(model.ReplicationPassword("o-pw")) + " resetchannels -@all +psync +sync +replconf +ping\n" +
-				"user exporter on #" + model.HashPassword(model.ExporterPassword("o-pw")) + " resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n"
+				"user exporter on #" + model.HashPassword(model.ExporterPassword("o-pw")) + " resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname\n" +
+				"user backup on #" + model.HashPassword(model.BackupPassword("o-pw")) + " resetchannels -@all +replconf +sync\n"
 			for _, l := range tt.wantUsers {
 				want += l + "\n"
 			}

@@ -106,6 +106,9 @@ type ACLSpec struct {
 	// hash of the password that node's exporter was started with (it reads its password
 	// file once, so it keeps using that one until its pod is replaced).
 	ExporterExtraHashes []string
+	// BackupExtraHashes are further hashes the backup user accepts besides
+	// BackupPassword(OperatorPassword)'s, while its password rotates.
+	BackupExtraHashes []string
 	// ReplicationSyncsSlots grants the replication user CLUSTER SYNCSLOTS (see
 	// ReplicationSyncsSlots); set it only when every server of the cluster knows it.
 	ReplicationSyncsSlots bool
@@ -136,14 +139,14 @@ func ValidateACL(spec ACLSpec) error {
 	for _, extra := range []struct {
 		user   string
 		hashes []string
-	}{{OperatorUser, spec.OperatorExtraHashes}, {ReplicationUser, spec.ReplicationExtraHashes}, {ExporterUser, spec.ExporterExtraHashes}} {
+	}{{OperatorUser, spec.OperatorExtraHashes}, {ReplicationUser, spec.ReplicationExtraHashes}, {ExporterUser, spec.ExporterExtraHashes}, {BackupUser, spec.BackupExtraHashes}} {
 		for _, h := range extra.hashes {
 			if !aclHashRe.MatchString(strings.ToLower(h)) {
 				return NewOpError("", "acl-validate", fmt.Errorf("%w: user %q: password hash must be 64 hex digits", ErrInvalidSpec, extra.user))
 			}
 		}
 	}
-	seen := map[string]bool{"default": true, OperatorUser: true, ReplicationUser: true, ExporterUser: true}
+	seen := map[string]bool{"default": true, OperatorUser: true, ReplicationUser: true, ExporterUser: true, BackupUser: true}
 	for _, u := range spec.Users {
 		bad := func(format string, args ...any) error {
 			return NewOpError("", "acl-validate", fmt.Errorf("%w: user %q: %s", ErrInvalidSpec, u.Name, fmt.Sprintf(format, args...)))
@@ -328,7 +331,7 @@ func sign(allow bool) string {
 }
 
 // users returns every user of the spec in file order: default, operator, replication,
-// exporter, then spec users.
+// exporter, backup, then spec users.
 // The default user gets the applications' access (appAccess), or is off; the operator's user
 // gets +@all because it needs every command it issues, including those MIGRATE, replication
 // and atomic slot migration run on its behalf (a missing one stalls rebalances or loses keys
@@ -339,6 +342,7 @@ func (spec ACLSpec) users() []aclUserRules {
 		{name: OperatorUser, hashes: spec.operatorHashes(), root: allAccess()},
 		{name: ReplicationUser, hashes: loginFirst(ReplicationPassword(spec.OperatorPassword), spec.ReplicationExtraHashes), root: replicationAccess(spec.ReplicationSyncsSlots)},
 		{name: ExporterUser, hashes: loginFirst(ExporterPassword(spec.OperatorPassword), spec.ExporterExtraHashes), root: exporterAccess()},
+		{name: BackupUser, hashes: loginFirst(BackupPassword(spec.OperatorPassword), spec.BackupExtraHashes), root: backupAccess()},
 	}
 	for _, u := range spec.Users {
 		r := aclUserRules{name: u.Name, root: aclPermRules{commands: []string{"-@all"}}}

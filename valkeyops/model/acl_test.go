@@ -13,7 +13,7 @@ func TestRenderACL(t *testing.T) {
 	tests := []struct {
 		name  string
 		users []ACLUser
-		want  []string // lines after default, operator, replication and exporter
+		want  []string // lines after default, operator, replication, exporter and backup
 	}{
 		{name: "no spec users"},
 		{
@@ -45,15 +45,19 @@ func TestRenderACL(t *testing.T) {
 			spec := ACLSpec{DefaultPassword: "d", OperatorPassword: "o", Users: tt.users}
 			require.NoError(t, ValidateACL(spec))
 			got := strings.Split(strings.TrimSuffix(RenderACL(spec), "\n"), "\n")
-			require.GreaterOrEqual(t, len(got), 4)
+			require.GreaterOrEqual(t, len(got), 5)
 			assert.Equal(t, "user default on #"+HashPassword("d")+" ~* resetchannels &* +@all -@admin -@dangerous +info", got[0], "the applications' login administers nothing")
 			assert.Equal(t, "user operator on #"+HashPassword("o")+" ~* resetchannels &* +@all", got[1])
 			assert.Equal(t, "user replication on #"+HashPassword(ReplicationPassword("o"))+" resetchannels -@all +psync +sync +replconf +ping", got[2],
 				"replicas' login runs only replication")
 			assert.Equal(t, "user exporter on #"+HashPassword(ExporterPassword("o"))+" resetchannels -@all +info +cluster|info +latency|latest +latency|histogram +slowlog|len +client|setname", got[3],
 				"the exporter's login reads statistics only: no key, no channel, no CONFIG, no SLOWLOG GET")
+			assert.Equal(t, "user backup on #"+HashPassword(BackupPassword("o"))+" resetchannels -@all +replconf +sync", got[4],
+				"the backup login runs the snapshot stream only: no key, no channel")
+			assert.Equal(t, "user "+BackupUser+" "+strings.Join(BackupLine(HashPassword(BackupPassword("o"))).Rules, " "), got[4],
+				"the file's line is the one BackupLine gives ACL SETUSER")
 			// Every line is asserted whole, so no plaintext password can hide in the file.
-			assert.Equal(t, tt.want, nilIfEmpty(got[4:]))
+			assert.Equal(t, tt.want, nilIfEmpty(got[5:]))
 		})
 	}
 }
@@ -120,6 +124,9 @@ func TestValidateACL(t *testing.T) {
 		{"minimal", ok, true},
 		{"missing operator password", ACLSpec{DefaultPassword: "d"}, false},
 		{"reserved name", withUser(ok, ACLUser{Name: "operator"}), false},
+		{"reserved backup name", withUser(ok, ACLUser{Name: BackupUser}), false},
+		{"backup hash not a hash", ACLSpec{DefaultPassword: "d", OperatorPassword: "o", BackupExtraHashes: []string{"pw"}}, false},
+		{"backup hash", ACLSpec{DefaultPassword: "d", OperatorPassword: "o", BackupExtraHashes: []string{h}}, true},
 		{"duplicate", withUser(withUser(ok, ACLUser{Name: "a"}), ACLUser{Name: "a"}), false},
 		{"bad name", withUser(ok, ACLUser{Name: "a b"}), false},
 		{"bad hash", withUser(ok, ACLUser{Name: "a", PasswordHashes: []string{"plain"}}), false},

@@ -2,11 +2,18 @@ package model
 
 // BackupUser is the reserved ACL user a backup streams a server's snapshot as: it may run
 // the replication protocol's client side for one snapshot (REPLCONF, SYNC) and nothing else,
-// so its password opens no key, no channel, no configuration and no other command.
-//
-// It is not yet one of the users RenderACL writes: until it is, a server learns it through
-// ACL SETUSER with BackupLine.
+// so its password opens no key, no channel, no configuration and no other command. Like the
+// replication and exporter users it is on every cluster (RenderACL writes it, the live ACL
+// keeps it), so a backup never waits for an ACL change and adding it rolled no node.
 const BackupUser = "backup"
+
+// BackupPassword derives the backup user's password from the operator password, as
+// ReplicationPassword does with a label of its own: only the operator, which holds the
+// operator password, can log in as it; no Secret key stores it; it rotates with the operator
+// password by the same two phases and reveals nothing of it.
+func BackupPassword(operatorPassword string) string {
+	return derivePassword(operatorPassword, "valkey-operator/backup")
+}
 
 // backupAccess is what streaming a snapshot needs, proven against Valkey 8.0 and 9.1 by
 // the integration suite: REPLCONF (capa eof, rdb-only) and SYNC. Not PSYNC (SYNC is what
