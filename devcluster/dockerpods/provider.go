@@ -262,6 +262,11 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	st.pod = pod.DeepCopy()
 	st.mu.Unlock()
 	for i := range pod.Spec.Containers {
+		// A container not created yet (init containers still running) will
+		// be created from the new spec.
+		if id, _ := st.container(i); id == "" {
+			continue
+		}
 		if i < len(old.Spec.Containers) && old.Spec.Containers[i].Image != pod.Spec.Containers[i].Image {
 			log.G(ctx).WithField("pod", st.key).Infof("image of %s changed, restarting it", pod.Spec.Containers[i].Name)
 			if err := p.stopContainer(ctx, st, i, gracePeriod(pod)); err != nil {
