@@ -44,10 +44,10 @@ func TestDevClusterRunsInitContainers(t *testing.T) {
 
 	t.Run("init containers run in order and share the pod's volumes", func(t *testing.T) {
 		begin := time.Now()
-		pod := initPod("ordered", corev1.RestartPolicyNever,
-			initContainer("first", "append", "/work/log", "first"),
+		pod := initPod(image, "ordered", corev1.RestartPolicyNever,
+			initContainer(image, "first", "append", "/work/log", "first"),
 			// The second sees the pod's address through the downward API and $(VAR) expansion.
-			initContainer("second", "append", "/work/log", "second $(POD_IP)"))
+			initContainer(image, "second", "append", "/work/log", "second $(POD_IP)"))
 		pod, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
 		ip := waitRunningReady(ctx, t, kube, ns, pod.Name)
@@ -83,9 +83,9 @@ func TestDevClusterRunsInitContainers(t *testing.T) {
 
 	t.Run("a failing init container fails a Never pod, no app container created", func(t *testing.T) {
 		begin := time.Now()
-		pod := initPod("fails", corev1.RestartPolicyNever,
-			initContainer("breaks", "append", "/work/log", "breaks", "7"),
-			initContainer("never", "append", "/work/log", "never"))
+		pod := initPod(image, "fails", corev1.RestartPolicyNever,
+			initContainer(image, "breaks", "append", "/work/log", "breaks", "7"),
+			initContainer(image, "never", "append", "/work/log", "never"))
 		pod, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
 		p := awaitPod(ctx, t, kube, pod, 60*time.Second, "pod Failed", func(p *corev1.Pod) bool { return p.Status.Phase == corev1.PodFailed })
@@ -115,7 +115,7 @@ func TestDevClusterRunsInitContainers(t *testing.T) {
 
 	t.Run("a failed init container is retried under OnFailure", func(t *testing.T) {
 		begin := time.Now()
-		pod := initPod("retried", corev1.RestartPolicyOnFailure, initContainer("flaky", "fail-once", "/work/tried"))
+		pod := initPod(image, "retried", corev1.RestartPolicyOnFailure, initContainer(image, "flaky", "fail-once", "/work/tried"))
 		pod, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
 		waitRunningReady(ctx, t, kube, ns, pod.Name)
@@ -136,7 +136,7 @@ func TestDevClusterRunsInitContainers(t *testing.T) {
 	t.Run("a pod deleted during a long init container goes within its grace period", func(t *testing.T) {
 		begin := time.Now()
 		const grace = 2
-		pod := initPod("slow", corev1.RestartPolicyNever, initContainer("slow", "sleep", "600"))
+		pod := initPod(image, "slow", corev1.RestartPolicyNever, initContainer(image, "slow", "sleep", "600"))
 		pod.Spec.TerminationGracePeriodSeconds = int64p(grace)
 		pod, err := kube.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -176,8 +176,9 @@ func TestDevClusterRunsInitContainers(t *testing.T) {
 }
 
 // initPod is a pod whose init containers share the emptyDir /work with its app
-// container, which serves devpod requests on port 7000.
-func initPod(name string, policy corev1.RestartPolicy, inits ...corev1.Container) *corev1.Pod {
+// container, which serves devpod requests on port 7000. image is the test image's own
+// tag (see testimage.Ensure), so that these devpod commands are there.
+func initPod(image, name string, policy corev1.RestartPolicy, inits ...corev1.Container) *corev1.Pod {
 	work := []corev1.VolumeMount{{Name: "work", MountPath: "/work"}}
 	for i := range inits {
 		inits[i].VolumeMounts = work
@@ -188,7 +189,7 @@ func initPod(name string, policy corev1.RestartPolicy, inits ...corev1.Container
 			RestartPolicy:  policy,
 			InitContainers: inits,
 			Containers: []corev1.Container{{
-				Name: "app", Image: testimage.Image, Args: []string{"serve", "--port", "7000"}, VolumeMounts: work,
+				Name: "app", Image: image, Args: []string{"serve", "--port", "7000"}, VolumeMounts: work,
 				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(7000)}}, PeriodSeconds: 1},
 			}},
 			Volumes: []corev1.Volume{{Name: "work", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
@@ -196,10 +197,10 @@ func initPod(name string, policy corev1.RestartPolicy, inits ...corev1.Container
 	}
 }
 
-// initContainer runs devpod with args, the pod's IP in $POD_IP.
-func initContainer(name string, args ...string) corev1.Container {
+// initContainer runs devpod (from image) with args, the pod's IP in $POD_IP.
+func initContainer(image, name string, args ...string) corev1.Container {
 	return corev1.Container{
-		Name: name, Image: testimage.Image, Args: args,
+		Name: name, Image: image, Args: args,
 		Env: []corev1.EnvVar{{Name: "POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}}},
 	}
 }
