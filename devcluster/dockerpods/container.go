@@ -72,11 +72,13 @@ func majorOfTag(image string) string {
 	return tag[:j]
 }
 
-func (p *Provider) createContainer(ctx context.Context, st *podState, i int) error {
+// createContainer creates container ctr of the pod, init or app container
+// alike: same image resolution, env, security context, volumes and limits.
+func (p *Provider) createContainer(ctx context.Context, st *podState, ctr *ctrState) error {
 	st.mu.Lock()
 	pod := st.pod.DeepCopy()
 	st.mu.Unlock()
-	c := &pod.Spec.Containers[i]
+	c := ctr.specIn(pod)
 
 	image, imageID, imageUser, err := p.resolveImage(ctx, c.Image)
 	if err != nil {
@@ -154,7 +156,11 @@ func (p *Provider) createContainer(ctx context.Context, st *podState, i int) err
 		host.NanoCPUs = q.MilliValue() * 1_000_000
 	}
 	var netCfg *network.NetworkingConfig
-	if i == 0 {
+	// The first app container holds the pod's address and the others join
+	// its network namespace. Init containers run one at a time before it
+	// exists, so each takes the address itself: Docker binds a static address
+	// when a container starts, not when it is created.
+	if ctr.init || ctr.index == 0 {
 		host.NetworkMode = container.NetworkMode(p.shared.Network.Name)
 		netCfg = &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
 			p.shared.Network.Name: {
@@ -178,7 +184,7 @@ func (p *Provider) createContainer(ctx context.Context, st *podState, i int) err
 		return fmt.Errorf("create container %s: %w", c.Name, err)
 	}
 	st.mu.Lock()
-	st.ctrs[i].id, st.ctrs[i].image, st.ctrs[i].imageID = created.ID, image, imageID
+	ctr.id, ctr.image, ctr.imageID = created.ID, image, imageID
 	st.mu.Unlock()
 	return nil
 }
@@ -263,12 +269,12 @@ func effectiveSecurity(pod *corev1.Pod, c *corev1.Container) security {
 	return s
 }
 
-func (p *Provider) startContainer(ctx context.Context, st *podState, i int) error {
+func (p *Provider) startContainer(ctx context.Context, st *podState, c *ctrState) error {
 	st.mu.Lock()
-	id := st.ctrs[i].id
+	id := c.id
 	st.mu.Unlock()
 	if _, err := p.shared.Docker.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
-		return fmt.Errorf("start container %s: %w", st.ctrs[i].name, err)
+		return fmt.Errorf("start container %s: %w", c.name, err)
 	}
 	started := metav1.Now()
 	if ins, err := p.shared.Docker.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil && ins.Container.State != nil {
@@ -277,10 +283,9 @@ func (p *Provider) startContainer(ctx context.Context, st *podState, i int) erro
 		}
 	}
 	st.update(func() {
-		c := st.ctrs[i]
 		c.state = corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: started}}
 		c.ready = false
-		c.started = st.pod.Spec.Containers[i].StartupProbe == nil
+		c.started = c.specIn(st.pod).StartupProbe == nil
 	})
 	return nil
 }
@@ -289,53 +294,18 @@ func (p *Provider) startContainer(ctx context.Context, st *podState, i int) erro
 // probes while the container runs, records exits, and restarts it as the
 // pod's restart policy says, with a short exponential back-off.
 func (p *Provider) superviseContainer(ctx context.Context, st *podState, i int) {
+	c := st.ctrs[i]
 	backoff := time.Second
 	for {
 		probeCtx, stopProbes := context.WithCancel(ctx)
 		go p.runProbes(probeCtx, st, i)
-		st.mu.Lock()
-		id := st.ctrs[i].id
-		st.mu.Unlock()
-		wait := p.shared.Docker.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
-		select {
-		case <-ctx.Done():
-		case <-wait.Result:
-		case err := <-wait.Error:
-			if ctx.Err() == nil {
-				log.G(ctx).WithField("pod", st.key).WithError(err).Warn("wait for container")
-			}
-		}
+		term, ok := p.waitExit(ctx, st, c)
 		stopProbes()
-		if ctx.Err() != nil {
+		if !ok {
 			return
 		}
-
-		term := p.terminatedState(ctx, id)
-		p.fallbackToLogs(ctx, st, i, term)
 		runFor := term.FinishedAt.Sub(term.StartedAt.Time)
-		st.mu.Lock()
-		policy, deleting := st.pod.Spec.RestartPolicy, st.deleting
-		st.mu.Unlock()
-		// A kubelet restarts no container of a pod being deleted (one may
-		// exit while its preStop hook runs).
-		restart := !deleting && (policy == corev1.RestartPolicyAlways || policy == "" ||
-			(policy == corev1.RestartPolicyOnFailure && term.ExitCode != 0))
-		if st.update(func() {
-			c := st.ctrs[i]
-			c.ready = false
-			c.state = corev1.ContainerState{Terminated: term}
-			if restart {
-				c.last = corev1.ContainerState{Terminated: term}
-				c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
-					Reason:  "CrashLoopBackOff",
-					Message: fmt.Sprintf("back-off %s restarting failed container %s", backoff, c.name),
-				}}
-			}
-		}) {
-			p.publish(st)
-		}
-		log.G(ctx).WithField("pod", st.key).Infof("container %s exited with %d (restart=%v)", st.ctrs[i].name, term.ExitCode, restart)
-		if !restart {
+		if !p.recordExit(ctx, st, c, term, backoff) {
 			return
 		}
 		if runFor > time.Minute {
@@ -350,13 +320,62 @@ func (p *Provider) superviseContainer(ctx context.Context, st *podState, i int) 
 		if st.isDeleting() {
 			return
 		}
-		if err := p.startContainer(ctx, st, i); err != nil {
+		if err := p.startContainer(ctx, st, c); err != nil {
 			log.G(ctx).WithField("pod", st.key).WithError(err).Warn("restart container")
 			continue
 		}
-		st.update(func() { st.ctrs[i].restarts++ })
+		st.update(func() { c.restarts++ })
 		p.publish(st)
 	}
+}
+
+// waitExit waits until container c stops and returns how it ended (with the
+// tail of its logs as the message when its policy asks for it); false when
+// ctx ended first.
+func (p *Provider) waitExit(ctx context.Context, st *podState, c *ctrState) (*corev1.ContainerStateTerminated, bool) {
+	st.mu.Lock()
+	id := c.id
+	st.mu.Unlock()
+	wait := p.shared.Docker.ContainerWait(ctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case <-ctx.Done():
+	case <-wait.Result:
+	case err := <-wait.Error:
+		if ctx.Err() == nil {
+			log.G(ctx).WithField("pod", st.key).WithError(err).Warn("wait for container")
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, false
+	}
+	term := p.terminatedState(ctx, id)
+	p.fallbackToLogs(ctx, st, c, term)
+	return term, true
+}
+
+// recordExit records that container c ended as term and publishes the
+// change; it reports whether the restart policy restarts c (it then waits in
+// CrashLoopBackOff for backoff, its last state the one it ended in).
+func (p *Provider) recordExit(ctx context.Context, st *podState, c *ctrState, term *corev1.ContainerStateTerminated, backoff time.Duration) bool {
+	st.mu.Lock()
+	policy, deleting := st.pod.Spec.RestartPolicy, st.deleting
+	st.mu.Unlock()
+	restart := shouldRestart(policy, c.init, term.ExitCode, deleting)
+	if st.update(func() {
+		c.ready = false
+		c.state = corev1.ContainerState{Terminated: term}
+		if restart {
+			c.last = corev1.ContainerState{Terminated: term}
+			c.state = corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{
+				Reason:  "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off %s restarting failed container %s", backoff, c.name),
+			}}
+		}
+	}) {
+		p.publish(st)
+	}
+	log.G(ctx).WithField("pod", st.key).Infof("container %s exited with %d (restart=%v)", c.name, term.ExitCode, restart)
+	return restart
 }
 
 // stopContainer stops container i gracefully, as a kubelet kills a
@@ -379,7 +398,7 @@ func (p *Provider) killContainer(ctx context.Context, st *podState, i int, grace
 	if _, stop := st.container(i); stop != nil {
 		stop()
 	}
-	return p.removeContainer(ctx, st, i, timeout)
+	return p.removeContainer(ctx, st, st.ctrs[i], timeout)
 }
 
 // container returns container i's Docker ID and the function that ends its supervisor.
@@ -389,10 +408,12 @@ func (st *podState) container(i int) (id string, stop context.CancelFunc) {
 	return st.ctrs[i].id, st.ctrs[i].stop
 }
 
-// removeContainer stops container i (SIGTERM, SIGKILL after grace seconds),
+// removeContainer stops container c (SIGTERM, SIGKILL after grace seconds),
 // records its final state and removes it.
-func (p *Provider) removeContainer(ctx context.Context, st *podState, i int, grace int) error {
-	id, _ := st.container(i)
+func (p *Provider) removeContainer(ctx context.Context, st *podState, c *ctrState, grace int) error {
+	st.mu.Lock()
+	id := c.id
+	st.mu.Unlock()
 	if id == "" {
 		return nil
 	}
@@ -401,16 +422,16 @@ func (p *Provider) removeContainer(ctx context.Context, st *podState, i int, gra
 	}
 	term := p.terminatedState(ctx, id)
 	st.update(func() {
-		st.ctrs[i].ready = false
-		st.ctrs[i].state = corev1.ContainerState{Terminated: term}
+		c.ready = false
+		c.state = corev1.ContainerState{Terminated: term}
 	})
 	_, err := p.shared.Docker.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return err
 	}
 	st.mu.Lock()
-	if st.ctrs[i].id == id {
-		st.ctrs[i].id = ""
+	if c.id == id {
+		c.id = ""
 	}
 	st.mu.Unlock()
 	return nil

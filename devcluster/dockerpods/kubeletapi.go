@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"time"
 
@@ -26,10 +27,18 @@ func (p *Provider) containerID(ns, pod, ctr string) (string, error) {
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for _, c := range st.ctrs {
-		if c.name == ctr || ctr == "" {
-			return c.id, nil
+	// The default container is the first app container; init containers by name.
+	for _, c := range slices.Concat(st.ctrs, st.inits) {
+		if c.name != ctr && (ctr != "" || c.init) {
+			continue
 		}
+		if c.id == "" {
+			// Not created yet (waiting for its turn, as a kubelet says), or an
+			// init container that completed before the nodes process restarted
+			// (see initializedBefore): its container is gone.
+			return "", errdefs.NotFoundf("container %s in pod %s/%s has no Docker container: %s", c.name, ns, pod, stateName(c.state))
+		}
+		return c.id, nil
 	}
 	return "", errdefs.NotFoundf("container %s not found in pod %s/%s", ctr, ns, pod)
 }

@@ -6,14 +6,14 @@
 // injected through the downward API), env and $(VAR) expansion are resolved
 // here, ConfigMap/Secret/projected volumes are written to host directories,
 // bind-mounted and re-synced atomically when their sources change, probes
-// drive readiness, container exits are reflected (and restarted per the
-// restart policy), and deletion stops containers gracefully, each after its
-// preStop hook (sleep, exec, httpGet) as a kubelet runs it.
+// drive readiness, init containers run one at a time to completion before
+// the app containers start, container exits are reflected (and restarted per
+// the restart policy), and deletion stops containers gracefully, each after
+// its preStop hook (sleep, exec, httpGet) as a kubelet runs it.
 package dockerpods
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -142,14 +142,15 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	if _, ok := p.pods[key]; ok {
 		return nil
 	}
-	if len(pod.Spec.InitContainers) > 0 {
-		return fmt.Errorf("devcluster kubelet does not run init containers")
+	if err := unsupported(pod); err != nil {
+		return err
 	}
 	ip, err := p.podIP(pod)
 	if err != nil {
 		return err
 	}
 	st := newPodState(key, pod.DeepCopy(), ip, p.shared.Network.Gateway, filepath.Join(p.shared.PodsDir, string(pod.UID)))
+	st.keepInitialized(pod.Status)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	st.cancel = cancel
 	p.pods[key] = st
@@ -175,10 +176,14 @@ func (p *Provider) podIP(pod *corev1.Pod) (netip.Addr, error) {
 	return p.shared.IPs.Allocate(string(pod.UID))
 }
 
-// startPod prepares volumes and starts the containers, retrying with a
-// capped back-off until it works or the pod is deleted.
+// startPod runs the init containers, then prepares volumes and starts the
+// app containers, retrying with a capped back-off until it works or the pod
+// is deleted.
 func (p *Provider) startPod(ctx context.Context, st *podState) {
 	defer close(st.startDone)
+	if !p.runInitContainers(ctx, st) {
+		return
+	}
 	backoff := 200 * time.Millisecond
 	for {
 		err := p.tryStart(ctx, st)
@@ -216,8 +221,8 @@ func (p *Provider) startPod(ctx context.Context, st *podState) {
 func (p *Provider) tryStart(ctx context.Context, st *podState) (err error) {
 	defer func() {
 		if err != nil || ctx.Err() != nil {
-			for i := range st.ctrs {
-				_ = p.removeContainer(context.WithoutCancel(ctx), st, i, 0)
+			for _, c := range st.ctrs {
+				_ = p.removeContainer(context.WithoutCancel(ctx), st, c, 0)
 			}
 			st.mu.Lock()
 			st.startTime = nil
@@ -227,8 +232,8 @@ func (p *Provider) tryStart(ctx context.Context, st *podState) (err error) {
 	if err := p.syncVolumes(ctx, st); err != nil {
 		return err
 	}
-	for i := range st.ctrs {
-		if err := p.createContainer(ctx, st, i); err != nil {
+	for _, c := range st.ctrs {
+		if err := p.createContainer(ctx, st, c); err != nil {
 			return err
 		}
 	}
@@ -236,8 +241,8 @@ func (p *Provider) tryStart(ctx context.Context, st *podState) (err error) {
 	st.mu.Lock()
 	st.startTime = &now
 	st.mu.Unlock()
-	for i := range st.ctrs {
-		if err := p.startContainer(ctx, st, i); err != nil {
+	for _, c := range st.ctrs {
+		if err := p.startContainer(ctx, st, c); err != nil {
 			return err
 		}
 	}
@@ -257,6 +262,11 @@ func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	st.pod = pod.DeepCopy()
 	st.mu.Unlock()
 	for i := range pod.Spec.Containers {
+		// A container not created yet (init containers still running) will
+		// be created from the new spec.
+		if id, _ := st.container(i); id == "" {
+			continue
+		}
 		if i < len(old.Spec.Containers) && old.Spec.Containers[i].Image != pod.Spec.Containers[i].Image {
 			log.G(ctx).WithField("pod", st.key).Infof("image of %s changed, restarting it", pod.Spec.Containers[i].Name)
 			if err := p.stopContainer(ctx, st, i, gracePeriod(pod)); err != nil {
@@ -317,8 +327,9 @@ func (p *Provider) cleanup(ctx context.Context, st *podState, grace int) {
 	select {
 	case <-st.startDone:
 	default:
-		// Still starting (or retrying): stop trying. Whatever was created
-		// gets stopped below, without hooks as nothing ran yet.
+		// Still starting (or retrying, or running init containers): stop
+		// trying. Whatever was created gets stopped below, without hooks as
+		// nothing ran yet; a running init container gets the grace period.
 		st.cancel()
 		<-st.startDone
 	}
@@ -330,6 +341,15 @@ func (p *Provider) cleanup(ctx context.Context, st *podState, grace int) {
 			defer wg.Done()
 			if err := p.killContainer(ctx, st, i, grace); err != nil {
 				log.G(ctx).WithField("pod", st.key).WithError(err).Warn("remove container")
+			}
+		}()
+	}
+	for _, c := range st.inits {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := p.removeContainer(ctx, st, c, stopTimeout(grace, 0)); err != nil {
+				log.G(ctx).WithField("pod", st.key).WithError(err).Warn("remove init container")
 			}
 		}()
 	}

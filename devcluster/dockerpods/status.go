@@ -25,8 +25,10 @@ type podState struct {
 
 	mu        sync.Mutex
 	pod       *corev1.Pod
-	ctrs      []*ctrState
+	inits     []*ctrState // spec.initContainers, in order
+	ctrs      []*ctrState // spec.containers, in order
 	startTime *metav1.Time
+	initStart *metav1.Time // when the first init container was started (nil without any)
 	deleting  bool
 	conds     map[corev1.PodConditionType]corev1.PodCondition // last computed kubelet-owned conditions, for transition times
 	tokens    map[string]cachedToken                          // projected service-account tokens by path
@@ -39,6 +41,8 @@ type podState struct {
 
 type ctrState struct {
 	name     string
+	init     bool // an init container: spec.initContainers[index], else spec.containers[index]
+	index    int
 	id       string
 	stop     context.CancelFunc // ends the container's supervisor and probes
 	image    string             // image actually run
@@ -53,13 +57,29 @@ type ctrState struct {
 func newPodState(key string, pod *corev1.Pod, ip, hostIP netip.Addr, dir string) *podState {
 	st := &podState{key: key, pod: pod, ip: ip, hostIP: hostIP, dir: dir, volHash: map[string]string{}, claimDirs: map[string]string{}, startDone: make(chan struct{}),
 		foreign: foreignConditions(pod.Status.Conditions)}
-	for _, c := range pod.Spec.Containers {
-		st.ctrs = append(st.ctrs, &ctrState{
-			name:  c.Name,
-			state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}},
-		})
+	// A kubelet reports every container of a pod with init containers as
+	// waiting with reason PodInitializing until it gets to it.
+	waiting := "ContainerCreating"
+	if len(pod.Spec.InitContainers) > 0 {
+		waiting = reasonPodInitializing
+	}
+	for i, c := range pod.Spec.InitContainers {
+		st.inits = append(st.inits, &ctrState{name: c.Name, init: true, index: i,
+			state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: waiting}}})
+	}
+	for i, c := range pod.Spec.Containers {
+		st.ctrs = append(st.ctrs, &ctrState{name: c.Name, index: i,
+			state: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: waiting}}})
 	}
 	return st
+}
+
+// specIn is c's spec in pod.
+func (c *ctrState) specIn(pod *corev1.Pod) *corev1.Container {
+	if c.init {
+		return &pod.Spec.InitContainers[c.index]
+	}
+	return &pod.Spec.Containers[c.index]
 }
 
 func (st *podState) isDeleting() bool {
@@ -80,7 +100,7 @@ func (st *podState) update(f func()) bool {
 }
 
 func equalStatus(a, b corev1.PodStatus) bool {
-	if a.Phase != b.Phase || len(a.Conditions) != len(b.Conditions) || len(a.ContainerStatuses) != len(b.ContainerStatuses) {
+	if a.Phase != b.Phase || len(a.Conditions) != len(b.Conditions) {
 		return false
 	}
 	for i := range a.Conditions {
@@ -89,8 +109,16 @@ func equalStatus(a, b corev1.PodStatus) bool {
 			return false
 		}
 	}
-	for i := range a.ContainerStatuses {
-		x, y := a.ContainerStatuses[i], b.ContainerStatuses[i]
+	return equalContainerStatuses(a.InitContainerStatuses, b.InitContainerStatuses) &&
+		equalContainerStatuses(a.ContainerStatuses, b.ContainerStatuses)
+}
+
+func equalContainerStatuses(a, b []corev1.ContainerStatus) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
 		if x.Ready != y.Ready || x.RestartCount != y.RestartCount || x.ContainerID != y.ContainerID ||
 			stateName(x.State) != stateName(y.State) || stateName(x.LastTerminationState) != stateName(y.LastTerminationState) {
 			return false
@@ -127,66 +155,25 @@ func (st *podState) statusLocked() corev1.PodStatus {
 	s.PodIP = st.ip.String()
 	s.PodIPs = []corev1.PodIP{{IP: s.PodIP}}
 	s.StartTime = st.startTime
+	if st.initStart != nil {
+		s.StartTime = st.initStart
+	}
 	s.Reason, s.Message = "", ""
 
-	running, waiting := false, false
-	allSucceeded := true
+	s.InitContainerStatuses = nil
+	for _, c := range st.inits {
+		s.InitContainerStatuses = append(s.InitContainerStatuses, c.statusIn(st.pod))
+	}
 	s.ContainerStatuses = nil
 	for _, c := range st.ctrs {
-		image := c.image
-		for _, sc := range st.pod.Spec.Containers {
-			if sc.Name == c.name {
-				image = sc.Image // report the image the pod asked for, as a kubelet would
-			}
-		}
-		started := c.started && c.state.Running != nil
-		cs := corev1.ContainerStatus{
-			Name:                 c.name,
-			Image:                image,
-			ImageID:              c.imageID,
-			Ready:                c.ready && c.state.Running != nil,
-			Started:              &started,
-			RestartCount:         c.restarts,
-			State:                c.state,
-			LastTerminationState: c.last,
-		}
-		if c.id != "" {
-			cs.ContainerID = "docker://" + c.id
-		}
-		s.ContainerStatuses = append(s.ContainerStatuses, cs)
-		switch {
-		case c.state.Running != nil:
-			running = true
-		case c.state.Waiting != nil:
-			waiting = true
-		case c.state.Terminated != nil && c.state.Terminated.ExitCode != 0:
-			allSucceeded = false
-		}
+		s.ContainerStatuses = append(s.ContainerStatuses, c.statusIn(st.pod))
 	}
-
-	switch {
-	case st.deleting && !running:
-		if allSucceeded && !waiting {
-			s.Phase = corev1.PodSucceeded
-		} else {
-			s.Phase = corev1.PodFailed
-		}
-	case running:
-		s.Phase = corev1.PodRunning
-	case waiting && st.startTime != nil:
-		s.Phase = corev1.PodRunning // between restarts
-	case waiting:
-		s.Phase = corev1.PodPending
-	case allSucceeded:
-		s.Phase = corev1.PodSucceeded
-	default:
-		s.Phase = corev1.PodFailed
-	}
+	s.Phase = podPhase(st.pod.Spec.RestartPolicy, st.deleting, st.startTime != nil, s.InitContainerStatuses, s.ContainerStatuses)
 
 	ctrsReady := containersReadyCondition(s.Phase, s.ContainerStatuses)
 	s.Conditions = []corev1.PodCondition{
-		st.stamp(trueIf(corev1.PodReadyToStartContainers, st.startTime != nil && !st.deleting)),
-		st.stamp(trueIf(corev1.PodInitialized, true)),
+		st.stamp(trueIf(corev1.PodReadyToStartContainers, (st.startTime != nil || st.initStart != nil) && !st.deleting)),
+		st.stamp(initializedCondition(s.Phase, s.InitContainerStatuses, s.ContainerStatuses)),
 		st.stamp(ctrsReady),
 		// A kubelet keeps probing readiness while a pod terminates (its
 		// preStop hooks run), so Ready follows the probes until the
@@ -196,6 +183,31 @@ func (st *podState) statusLocked() corev1.PodStatus {
 	}
 	s.Conditions = append(s.Conditions, st.foreign...)
 	return s
+}
+
+// statusIn is c's status as a kubelet reports it; pod is the pod's spec.
+// An init container is ready once it has completed (exit code 0), as a
+// kubelet's prober manager sets it.
+func (c *ctrState) statusIn(pod *corev1.Pod) corev1.ContainerStatus {
+	started := c.started && c.state.Running != nil
+	ready := c.ready && c.state.Running != nil
+	if c.init {
+		ready = completed(c.state)
+	}
+	cs := corev1.ContainerStatus{
+		Name:                 c.name,
+		Image:                c.specIn(pod).Image, // the image the pod asked for, as a kubelet reports it
+		ImageID:              c.imageID,
+		Ready:                ready,
+		Started:              &started,
+		RestartCount:         c.restarts,
+		State:                c.state,
+		LastTerminationState: c.last,
+	}
+	if c.id != "" {
+		cs.ContainerID = "docker://" + c.id
+	}
+	return cs
 }
 
 // trueIf is a condition of type t without reason, True if ok.

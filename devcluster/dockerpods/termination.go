@@ -45,12 +45,12 @@ const (
 	terminationLogBytes = 2048
 )
 
-// fallbackToLogs fills term's message, when container i's terminationMessagePolicy is
+// fallbackToLogs fills term's message, when container c's terminationMessagePolicy is
 // FallbackToLogsOnError and it failed without one, with the tail of its output, as a
 // kubelet does: what a program that dies at start-up printed is then in the pod's status.
-func (p *Provider) fallbackToLogs(ctx context.Context, st *podState, i int, term *corev1.ContainerStateTerminated) {
+func (p *Provider) fallbackToLogs(ctx context.Context, st *podState, c *ctrState, term *corev1.ContainerStateTerminated) {
 	st.mu.Lock()
-	policy := st.pod.Spec.Containers[i].TerminationMessagePolicy
+	policy := c.specIn(st.pod).TerminationMessagePolicy
 	st.mu.Unlock()
 	if policy != corev1.TerminationMessageFallbackToLogsOnError || term.ExitCode == 0 || term.Message != "" {
 		return

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -119,7 +120,7 @@ func volumeOwner(pod *corev1.Pod) atomicdir.Owner {
 		}
 	}
 	if o.UID < 0 {
-		for _, c := range pod.Spec.Containers {
+		for _, c := range slices.Concat(pod.Spec.Containers, pod.Spec.InitContainers) {
 			if c.SecurityContext != nil && c.SecurityContext.RunAsUser != nil {
 				o.UID = int(*c.SecurityContext.RunAsUser)
 				if o.GID < 0 && c.SecurityContext.RunAsGroup != nil {

@@ -7,18 +7,23 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 )
 
 // Image is the tag the test image gets.
 const Image = "valkey-operator/devpod:test"
 
 // Ensure builds and imports the image unless a fresh copy exists. It is cheap
-// to call from every test.
+// to call from every test. It returns the image's own tag, named after the
+// binary's hash, besides tagging it Image: a test that needs what this
+// version of devpod does names that tag, since another checkout's test run
+// may re-tag Image with its own devpod at any moment on a shared Docker.
 func Ensure(ctx context.Context) (string, error) {
 	_, self, _, _ := runtime.Caller(0)
 	src := filepath.Join(filepath.Dir(self), "devpod")
@@ -48,10 +53,15 @@ func Ensure(ctx context.Context) (string, error) {
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
-	imp := exec.CommandContext(ctx, "docker", "import", "--change", `ENTRYPOINT ["/devpod"]`, "--change", `CMD ["serve"]`, "-", Image)
+	sum := sha256.Sum256(data)
+	own := fmt.Sprintf("%s:%x", strings.Split(Image, ":")[0], sum[:6])
+	imp := exec.CommandContext(ctx, "docker", "import", "--change", `ENTRYPOINT ["/devpod"]`, "--change", `CMD ["serve"]`, "-", own)
 	imp.Stdin = &buf
 	if out, err := imp.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("docker import: %w: %s", err, out)
 	}
-	return Image, nil
+	if out, err := exec.CommandContext(ctx, "docker", "tag", own, Image).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("docker tag: %w: %s", err, out)
+	}
+	return own, nil
 }

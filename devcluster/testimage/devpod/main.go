@@ -6,7 +6,12 @@
 // "ID" (uid:gid), "PUT PATH TEXT" (writes a file, answers OK), "FILL PATH MIB"
 // (writes MIB MiB of zeros and syncs, answers OK or the error), "DF PATH"
 // (the filesystem's total and available bytes). "devpod cat PATH" prints a
-// file (for exec probes/tests).
+// file (for exec probes/tests). For init containers: "devpod append PATH TEXT
+// [CODE]" appends the line TEXT to PATH, says so, and exits with CODE (0 by
+// default); "devpod fail-once PATH" exits 1 the first time (creating PATH)
+// and 0 once PATH exists; "devpod sleep SECONDS" sleeps and exits 0,
+// ignoring SIGTERM, so that only the SIGKILL at the end of a grace period
+// stops it.
 package main
 
 import (
@@ -17,6 +22,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 )
 
 func main() {
@@ -27,6 +33,24 @@ func main() {
 			os.Exit(1)
 		}
 		os.Stdout.Write(b)
+		return
+	}
+	if len(os.Args) > 3 && os.Args[1] == "append" {
+		os.Exit(appendLine(os.Args[2], os.Args[3], os.Args[4:]))
+	}
+	if len(os.Args) > 2 && os.Args[1] == "fail-once" {
+		if _, err := os.Stat(os.Args[2]); err == nil {
+			fmt.Println("second run: done")
+			return
+		}
+		os.Exit(appendLine(os.Args[2], "failed once", []string{"1"}))
+	}
+	if len(os.Args) > 2 && os.Args[1] == "sleep" {
+		var s int
+		fmt.Sscan(os.Args[2], &s)
+		signal.Ignore(syscall.SIGTERM) // Go would exit on it, even as PID 1
+		fmt.Printf("devpod sleeping %ds, ignoring SIGTERM\n", s)
+		time.Sleep(time.Duration(s) * time.Second)
 		return
 	}
 	if len(os.Args) > 1 && os.Args[1] == "exit" {
@@ -132,4 +156,26 @@ func fill(path string, mib int) error {
 		return err
 	}
 	return f.Close()
+}
+
+// appendLine appends text and a newline to path and returns the exit code to
+// end with: code[0] when given, 1 when the write failed.
+func appendLine(path, text string, code []string) int {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = fmt.Fprintln(f, text)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("appended %q to %s\n", text, path)
+	exit := 0
+	if len(code) > 0 {
+		fmt.Sscan(code[0], &exit)
+	}
+	return exit
 }
