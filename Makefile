@@ -17,7 +17,7 @@ OPERATOR ?= cluster
 export IMAGE OPERATOR
 BASE_IMAGE ?= scratch
 
-.PHONY: all build image controlplane valkey-image valkey-tools prerequisites lint \
+.PHONY: all build image controlplane objectstore valkey-image valkey-tools prerequisites lint \
 	unit envtest integration e2e test bench bench-day2 bench-fleet dev dev-down clean
 
 # Test tiers. Untagged test files are unit tests: pure functions, planners, renderers; no API
@@ -44,6 +44,10 @@ image: build
 controlplane:
 	hack/build-controlplane.sh
 
+## objectstore: SeaweedFS's weed (the dev cluster's S3-compatible object store) from its Go module
+objectstore:
+	hack/build-objectstore.sh
+
 ## valkey-image: Valkey 8.0 and 9.1 images built locally from Debian packages
 valkey-image:
 	hack/valkey-image/build.sh
@@ -52,7 +56,7 @@ valkey-image:
 valkey-tools:
 	hack/valkey-image/install-tools.sh
 
-prerequisites: controlplane valkey-image valkey-tools
+prerequisites: controlplane objectstore valkey-image valkey-tools
 
 ## lint: gofmt and go vet (with every tier's tag, so tagged test files are vetted too)
 lint:
@@ -68,11 +72,11 @@ unit:
 
 ## envtest: tests tagged envtest: CRDs, manager and reconciler on a real kube-apiserver,
 ## and the dev cluster's own tests (its control plane and Docker pods)
-envtest: controlplane valkey-image
+envtest: controlplane objectstore valkey-image
 	$(GO_TEST) -tags envtest -timeout 20m $(ENVTEST_PKGS)
 
 ## integration: valkeyops against real Valkey containers (no Kubernetes)
-integration: valkey-image valkey-tools
+integration: objectstore valkey-image valkey-tools
 	$(GO_TEST) -tags integration -timeout 30m ./integration/...
 
 ## e2e: the dev cluster driven by the real kubectl (one test installs the operator's image from deploy/)
