@@ -2,7 +2,9 @@
 // control plane (etcd, kube-apiserver, kube-scheduler,
 // kube-controller-manager built from Go modules into bin/controlplane) and
 // several virtual-kubelet Nodes whose pods run as Docker containers on a
-// private bridge network. `make dev` and the e2e tests both use it.
+// private bridge network, and an S3-compatible object store (SeaweedFS, see
+// devcluster/objectstore) on that network's gateway address, which the host
+// and the pods both reach. `make dev` and the e2e tests both use it.
 //
 // All state (certificates, kubeconfigs, etcd data, logs, pid files, pod
 // volumes, the loop-mounted images of persistent volumes) lives in one
@@ -29,6 +31,7 @@ import (
 	"github.com/gomomento/valkey-operator/devcluster/controlplane"
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
 	"github.com/gomomento/valkey-operator/devcluster/hostvolumes"
+	"github.com/gomomento/valkey-operator/devcluster/objectstore"
 	"github.com/gomomento/valkey-operator/devcluster/proc"
 )
 
@@ -41,10 +44,15 @@ type Cluster struct {
 	REST *rest.Config
 	// Network is the pods' Docker network.
 	Network dockernet.Network
+	// ObjectStore is the cluster's object store: its endpoint (on the network's gateway, so
+	// reachable from the host and from pods), its bucket, created ready, and its keys. The
+	// same values are in ObjectStoreEnvFile(Options.StateDir).
+	ObjectStore objectstore.Access
 	// Timings of the start-up phases.
 	ControlPlaneReady, NodesReady time.Duration
 
 	cp          *controlplane.ControlPlane
+	store       *objectstore.Store
 	nodesCancel context.CancelFunc
 	nodesDone   chan error
 }
@@ -66,6 +74,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		// Keep the instance, ports and mode the state was created with.
 		o.Instance, o.APIServerPort, o.EtcdPort, o.EtcdPeerPort, o.KubeletBasePort = prev.Instance, prev.APIServerPort, prev.EtcdPort, prev.EtcdPeerPort, prev.KubeletBasePort
+		if prev.ObjectStorePort != 0 {
+			o.ObjectStorePort = prev.ObjectStorePort
+		}
 	}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
@@ -77,9 +88,26 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	start := time.Now()
 	c := &Cluster{Options: o}
 	ok := false
+	// The object store starts beside the control plane (each spends most of its start-up
+	// waiting); its result is collected before Up returns or cleans up.
+	var storeDone chan error
+	storeCtx, cancelStore := context.WithCancel(ctx)
+	defer cancelStore()
+	joinStore := func() error {
+		if storeDone == nil {
+			return nil
+		}
+		err := <-storeDone
+		storeDone = nil
+		return err
+	}
 	defer func() {
-		if !ok && !o.Detach {
-			c.Stop()
+		if !ok {
+			cancelStore() // a failed Up does not wait out the store's readiness
+			_ = joinStore()
+			if !o.Detach {
+				c.Stop()
+			}
 		}
 	}()
 
@@ -93,6 +121,13 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	fmt.Fprintf(o.Log, "devcluster: docker network %s (%s)\n", c.Network.Name, c.Network.Subnet)
+
+	storeDone = make(chan error, 1)
+	go func() {
+		s, err := objectstore.Start(storeCtx, o.objectStore(c.Network.Gateway))
+		c.store = s
+		storeDone <- err
+	}()
 
 	cpCfg := o.controlPlane(c.Network.Gateway.AsSlice())
 	nodeFiles, err := controlplane.Prepare(cpCfg)
@@ -166,12 +201,20 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c.NodesReady = time.Since(start)
 	fmt.Fprintf(o.Log, "devcluster: %d nodes ready in %.1fs\n", o.Nodes, c.NodesReady.Seconds())
+	if err := joinStore(); err != nil {
+		return nil, err
+	}
+	c.ObjectStore = c.store.Access
+	if err := c.ObjectStore.WriteEnvFile(ObjectStoreEnvFile(o.StateDir)); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(o.Log, "devcluster: object store %s, bucket %s (keys in %s)\n", c.ObjectStore.Endpoint, c.ObjectStore.Bucket, ObjectStoreEnvFile(o.StateDir))
 	ok = true
 	return c, nil
 }
 
-// Stop ends a cluster started without Detach: nodes, control plane,
-// containers, network and state directory.
+// Stop ends a cluster started without Detach: nodes, control plane, object
+// store, containers, network and state directory.
 func (c *Cluster) Stop() error {
 	if c.nodesCancel != nil {
 		c.nodesCancel()
@@ -181,6 +224,10 @@ func (c *Cluster) Stop() error {
 	if c.cp != nil {
 		c.cp.Stop()
 		c.cp = nil
+	}
+	if c.store != nil {
+		c.store.Stop()
+		c.store = nil
 	}
 	return removeDockerAndState(context.Background(), c.Options)
 }
@@ -202,6 +249,9 @@ func Down(ctx context.Context, stateDir string) error {
 		errs = append(errs, err)
 	}
 	if err := controlplane.StopDetached(o.controlPlane(nil)); err != nil {
+		errs = append(errs, err)
+	}
+	if err := objectstore.StopDetached(objectStoreDir(stateDir)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := removeDockerAndState(ctx, o); err != nil {

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 
 	"github.com/gomomento/valkey-operator/devcluster/controlplane"
+	"github.com/gomomento/valkey-operator/devcluster/objectstore"
 )
 
 // DefaultValkeyImage is run for any image that is not present locally.
@@ -36,6 +38,9 @@ type Options struct {
 	EtcdPort        int      `json:"etcdPort"`
 	EtcdPeerPort    int      `json:"etcdPeerPort"`
 	KubeletBasePort int      `json:"kubeletBasePort"`
+	// ObjectStorePort is the object store's S3 port on the network's gateway address; its
+	// other parts take the seven ports after it (see devcluster/objectstore).
+	ObjectStorePort int `json:"objectStorePort"`
 	// ValkeyImage replaces images that are not present locally
 	// (env VALKEY_IMAGE); Valkey9Image replaces missing images tagged 9.x
 	// (env VALKEY9_IMAGE), when it exists locally.
@@ -89,6 +94,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.KubeletBasePort == 0 {
 		o.KubeletBasePort = 10250
 	}
+	if o.ObjectStorePort == 0 {
+		o.ObjectStorePort = 18333
+	}
 	if o.ValkeyImage == "" {
 		o.ValkeyImage = os.Getenv("VALKEY_IMAGE")
 	}
@@ -141,6 +149,23 @@ func (o Options) controlPlane(advertise net.IP) controlplane.Config {
 		Detach:        o.Detach,
 	}
 }
+
+func (o Options) objectStore(ip netip.Addr) objectstore.Config {
+	return objectstore.Config{
+		Bin:    objectstore.BinPath(o.Root),
+		Dir:    objectStoreDir(o.StateDir),
+		IP:     ip,
+		Port:   o.ObjectStorePort,
+		Detach: o.Detach,
+	}
+}
+
+func objectStoreDir(stateDir string) string { return filepath.Join(stateDir, "objectstore") }
+
+// ObjectStoreEnvFile is where a cluster writes its object store's endpoint, bucket and keys
+// (ENDPOINT=, BUCKET=, ACCESS_KEY=, SECRET_KEY=; mode 0600): .dev/object-store.env for
+// `make dev`.
+func ObjectStoreEnvFile(stateDir string) string { return filepath.Join(stateDir, "object-store.env") }
 
 func optionsFile(stateDir string) string { return filepath.Join(stateDir, "cluster.json") }
 

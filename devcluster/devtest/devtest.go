@@ -27,6 +27,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/devcluster"
 	"github.com/gomomento/valkey-operator/devcluster/dockernet"
+	"github.com/gomomento/valkey-operator/devcluster/objectstore"
 	"github.com/gomomento/valkey-operator/devcluster/proc"
 	"github.com/gomomento/valkey-operator/internal/kubectl"
 	"github.com/gomomento/valkey-operator/internal/poll"
@@ -41,6 +42,8 @@ type Env struct {
 	Instance string
 	// Cluster is nil when an already running cluster is reused.
 	Cluster *devcluster.Cluster
+	// ObjectStore is the cluster's object store (endpoint, bucket, keys).
+	ObjectStore objectstore.Access
 }
 
 // Options tune a private cluster.
@@ -65,7 +68,9 @@ func New(ctx context.Context, o Options) (*Env, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ports, err := freePortRange(3 + max(o.Nodes, 6))
+	// The control plane's three ports, one per node, then the object store's.
+	nodes := max(o.Nodes, 6)
+	ports, err := freePortRange(3 + nodes + objectstore.PortsNeeded)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -73,7 +78,8 @@ func New(ctx context.Context, o Options) (*Env, func() error, error) {
 	c, err := devcluster.Up(ctx, devcluster.Options{
 		Root: root, StateDir: stateDir, Instance: instance, Nodes: o.Nodes,
 		APIServerPort: ports, EtcdPort: ports + 1, EtcdPeerPort: ports + 2, KubeletBasePort: ports + 3,
-		ValkeyImage: o.ValkeyImage,
+		ObjectStorePort: ports + 3 + nodes,
+		ValkeyImage:     o.ValkeyImage,
 	})
 	if err != nil {
 		_ = os.RemoveAll(stateDir)
@@ -84,7 +90,7 @@ func New(ctx context.Context, o Options) (*Env, func() error, error) {
 		_ = c.Stop()
 		return nil, nil, err
 	}
-	env := &Env{Kubeconfig: c.Kubeconfig, REST: c.REST, Kube: kube, Instance: instance, Cluster: c}
+	env := &Env{Kubeconfig: c.Kubeconfig, REST: c.REST, Kube: kube, Instance: instance, Cluster: c, ObjectStore: c.ObjectStore}
 	return env, c.Stop, nil
 }
 
@@ -110,7 +116,11 @@ func reuse() (*Env, error) {
 	if _, err := kube.Discovery().ServerVersion(); err != nil {
 		return nil, fmt.Errorf("dev cluster in %s does not answer: %w", stateDir, err)
 	}
-	return &Env{Kubeconfig: kc, REST: rc, Kube: kube, Instance: o.Instance}, nil
+	store, err := objectstore.ReadEnvFile(devcluster.ObjectStoreEnvFile(stateDir))
+	if err != nil {
+		return nil, fmt.Errorf("dev cluster in %s has no object store (run make dev again): %w", stateDir, err)
+	}
+	return &Env{Kubeconfig: kc, REST: rc, Kube: kube, Instance: o.Instance, ObjectStore: store}, nil
 }
 
 // Start gives t its own cluster, removed when t ends.

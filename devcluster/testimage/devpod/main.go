@@ -5,7 +5,8 @@
 // Protocol, one request line per connection: "ENV NAME", "ARGS", "CAT PATH",
 // "ID" (uid:gid), "PUT PATH TEXT" (writes a file, answers OK), "FILL PATH MIB"
 // (writes MIB MiB of zeros and syncs, answers OK or the error), "DF PATH"
-// (the filesystem's total and available bytes). "devpod cat PATH" prints a
+// (the filesystem's total and available bytes), "GET URL" (an HTTP GET from inside the pod:
+// the body when the answer is 200 OK, else "ERR" and the status). "devpod cat PATH" prints a
 // file (for exec probes/tests). For init containers: "devpod append PATH TEXT
 // [CODE]" appends the line TEXT to PATH, says so, and exits with CODE (0 by
 // default); "devpod fail-once PATH" exits 1 the first time (creating PATH)
@@ -17,7 +18,9 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -126,7 +129,25 @@ func handle(c net.Conn) {
 			return
 		}
 		fmt.Fprintf(c, "%d %d", fs.Blocks*uint64(fs.Bsize), fs.Bavail*uint64(fs.Bsize))
+	case "GET":
+		get(c, arg)
 	}
+}
+
+// get fetches url and copies a 200 answer's body to c.
+func get(c net.Conn, url string) {
+	hc := http.Client{Timeout: 5 * time.Second}
+	resp, err := hc.Get(url)
+	if err != nil {
+		answer(c, err)
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprint(c, "ERR ", resp.Status)
+		return
+	}
+	_, _ = io.Copy(c, resp.Body)
 }
 
 func answer(c net.Conn, err error) {
