@@ -5,5 +5,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 hack/build-controlplane.sh >&2
+hack/build-objectstore.sh >&2
 go build -o bin/devcluster ./cmd/devcluster
 exec bin/devcluster up "$@"

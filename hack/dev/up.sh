@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # `make dev`: a local Kubernetes with the operator and an example Valkey cluster, in one command.
 #
-#  1. builds what is missing: control-plane binaries, the Valkey images, bin/devcluster, and the
+#  1. builds what is missing: control-plane binaries, the object store, the Valkey images, bin/devcluster, and the
 #     operator's image (`make image`; OPERATOR=host: only bin/manager)
 #  2. starts the dev cluster in the background (bin/devcluster up: etcd, kube-apiserver,
 #     kube-scheduler, kube-controller-manager and 6 virtual-kubelet nodes over 3 zones whose pods
-#     run as Docker containers); all state, pids and logs under .dev/
+#     run as Docker containers) and an S3-compatible object store (SeaweedFS, bin/objectstore/weed)
+#     with a bucket ready, whose endpoint and keys it writes to .dev/object-store.env (mode 0600);
+#     all state, pids and logs under .dev/
 #  3. installs the operator as the README tells users: `kubectl apply -f crds/`, then
 #     `kubectl apply -f deploy/` (its Deployment runs the local image; no registry is needed),
 #     and waits until it is ready; then applies examples/
@@ -44,6 +46,7 @@ op_deploy=deployment/valkey-operator
 
 # 1. Build what is missing.
 hack/build-controlplane.sh
+hack/build-objectstore.sh
 if ! docker image inspect "$VALKEY_IMAGE" >/dev/null 2>&1; then
 	say "building Valkey images"
 	hack/valkey-image/build.sh
@@ -68,6 +71,12 @@ fi
 kubeconfig=$(bin/devcluster up --quiet)
 export KUBECONFIG="$kubeconfig"
 say "cluster up; KUBECONFIG=$KUBECONFIG"
+# The object store's endpoint (on the Docker network's gateway: pods and this host reach it),
+# its bucket and keys, written by the dev cluster.
+store_env="$state/object-store.env"
+store_endpoint=$(sed -n 's/^ENDPOINT=//p' "$store_env")
+store_bucket=$(sed -n 's/^BUCKET=//p' "$store_env")
+say "object store: $store_endpoint, bucket $store_bucket (keys in .dev/object-store.env)"
 kubectl get nodes -L topology.kubernetes.io/zone
 kubectl get storageclass
 
@@ -221,6 +230,8 @@ Reach it:
   valkey-cli -c -h $ip -p 6379 --user default --pass "\$PASS" cluster info     # pod IPs are reachable from this host
   kubectl exec -it \$(kubectl get pods -o name | head -1) -- valkey-cli -c -h $ip --user default --pass "\$PASS" ping
   kubectl logs \$(kubectl get pods -o name | head -1)
-Logs: .dev/logs/; the operator's: $(if [[ $mode == cluster ]]; then echo "kubectl -n $op_ns logs $op_deploy"; else echo ".dev/logs/manager.log"; fi)
+Object store (S3, reachable from pods and this host): $store_endpoint, bucket $store_bucket
+  set -a; . .dev/object-store.env; set +a     # ENDPOINT, BUCKET, ACCESS_KEY, SECRET_KEY
+Logs: .dev/logs/ and .dev/objectstore/weed.log; the operator's: $(if [[ $mode == cluster ]]; then echo "kubectl -n $op_ns logs $op_deploy"; else echo ".dev/logs/manager.log"; fi)
 Stop everything: make dev-down
 MSG

@@ -9,10 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/gomomento/valkey-operator/devcluster/objectstore"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
@@ -390,4 +393,31 @@ func (e *Env) Nodes() []model.Node {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return append([]model.Node(nil), e.nodes...)
+}
+
+// StartObjectStore starts a real S3-compatible object store (SeaweedFS, see
+// devcluster/objectstore) with a bucket ready, its data under dir. It binds the Env's network
+// gateway, the host's own address on that network, so the Valkey containers and the host
+// reach the same endpoint. The caller stops it (store.Stop) before Close removes the network:
+// register its cleanup after the Env's.
+func (e *Env) StartObjectStore(ctx context.Context, dir string) (*objectstore.Store, error) {
+	bin, err := objectstore.FindBin()
+	if err != nil {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, "docker", "network", "inspect", "--format", "{{range .IPAM.Config}}{{.Gateway}} {{end}}", e.Network.ID).Output()
+	if err != nil {
+		return nil, fmt.Errorf("inspect network %s: %w", e.Network.Name, err)
+	}
+	var gw netip.Addr
+	for _, f := range strings.Fields(string(out)) {
+		if a, err := netip.ParseAddr(f); err == nil && a.Is4() {
+			gw = a
+			break
+		}
+	}
+	if !gw.IsValid() {
+		return nil, fmt.Errorf("network %s has no IPv4 gateway (%q)", e.Network.Name, out)
+	}
+	return objectstore.Start(ctx, objectstore.Config{Bin: bin, Dir: dir, IP: gw})
 }
