@@ -108,6 +108,7 @@ func (c Config) identityFile() string { return filepath.Join(c.Dir, "s3-identiti
 func (c Config) accessFile() string   { return filepath.Join(c.Dir, "access.env") }
 func (c Config) logFile() string      { return filepath.Join(c.Dir, "weed.log") }
 func (c Config) pidFile() string      { return filepath.Join(c.Dir, "weed.pid") }
+func (c Config) portsFile() string    { return filepath.Join(c.Dir, "ports.json") }
 
 // Start runs the store (or, detached, adopts the one already running from cfg.Dir), waits
 // until it accepts a signed write, and creates the bucket.
@@ -149,6 +150,13 @@ func Start(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	if err := s.Access.WriteEnvFile(cfg.accessFile()); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(ports)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(cfg.portsFile(), b, 0o644); err != nil {
 		return nil, err
 	}
 	s.proc, err = proc.Start("weed", cfg.Bin, args(cfg, ports), cfg.logFile(), cfg.pidFile(), proc.Options{Detach: cfg.Detach, Dir: cfg.Dir})
@@ -237,13 +245,38 @@ func (s *Store) Stop() {
 	if s.proc != nil {
 		s.proc.Stop(stopGrace)
 		s.proc = nil
+		removeSockets(s.Config)
 	}
 }
 
 // StopDetached stops the store recorded in dir's pid file, for `devcluster down` run from
 // another process. It is safe to call when none runs.
 func StopDetached(dir string) error {
-	return proc.StopPidFile(Config{Dir: dir}.pidFile(), "weed", stopGrace)
+	cfg := Config{Dir: dir}
+	err := proc.StopPidFile(cfg.pidFile(), "weed", stopGrace)
+	removeSockets(cfg)
+	return err
+}
+
+// removeSockets removes the Unix sockets weed makes in /tmp for the gRPC ports of the store
+// in cfg.Dir (named by port, whatever -dir says): a store stopped by SIGKILL leaves them.
+func removeSockets(cfg Config) {
+	b, err := os.ReadFile(cfg.portsFile())
+	if err != nil {
+		return
+	}
+	var ports []int
+	if json.Unmarshal(b, &ports) != nil {
+		return
+	}
+	for _, p := range ports {
+		for _, part := range []string{"master", "volume", "filer", "s3"} {
+			path := fmt.Sprintf("/tmp/seaweedfs-%s-grpc-%d.sock", part, p) // weed fixes /tmp
+			if st, err := os.Lstat(path); err == nil && st.Mode()&os.ModeSocket != 0 {
+				_ = os.Remove(path)
+			}
+		}
+	}
 }
 
 // identities is the part of weed's S3 identity file this package writes: one identity with

@@ -7,11 +7,14 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,6 +145,27 @@ func TestObjectStore(t *testing.T) {
 			st, err := os.Stat(filepath.Join(s.Config.Dir, f))
 			require.NoError(t, err)
 			assert.Equal(t, os.FileMode(0o600), st.Mode().Perm(), f)
+		}
+	})
+	t.Run("stop ends the process and removes its sockets", func(t *testing.T) {
+		pidText, err := os.ReadFile(filepath.Join(s.Config.Dir, "weed.pid"))
+		require.NoError(t, err)
+		pid, err := strconv.Atoi(strings.TrimSpace(string(pidText)))
+		require.NoError(t, err)
+		start := time.Now()
+		s.Stop()
+		t.Logf("stopped in %s", time.Since(start))
+		assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "weed (pid %d) still exists", pid)
+		socks, err := filepath.Glob("/tmp/seaweedfs-*-grpc-*.sock")
+		require.NoError(t, err)
+		var ports []int
+		b, err := os.ReadFile(filepath.Join(s.Config.Dir, "ports.json"))
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &ports))
+		for _, p := range ports {
+			for _, sock := range socks {
+				assert.False(t, strings.HasSuffix(sock, "-grpc-"+strconv.Itoa(p)+".sock"), "socket %s left", sock)
+			}
 		}
 	})
 }
