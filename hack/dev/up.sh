@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make dev`: a local Kubernetes with the operator and an example Valkey cluster, in one command.
 #
-#  1. builds what is missing: control-plane binaries, the object store, the Valkey images, bin/devcluster, and the
-#     operator's image (`make image`; OPERATOR=host: only bin/manager)
+#  1. builds what is missing: control-plane binaries, the object store, the Valkey images,
+#     bin/devcluster, and the operator's image (`make image`; OPERATOR=host: only bin/manager)
 #  2. starts the dev cluster in the background (bin/devcluster up: etcd, kube-apiserver,
 #     kube-scheduler, kube-controller-manager and 6 virtual-kubelet nodes over 3 zones whose pods
 #     run as Docker containers) and an S3-compatible object store (SeaweedFS, bin/objectstore/weed)
