@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/gomomento/valkey-operator/devcluster"
 	"github.com/gomomento/valkey-operator/devcluster/devtest"
@@ -64,6 +65,8 @@ func TestDevClusterObjectStore(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "s3client"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "main", Image: testimage.Image, Args: []string{"serve", "--port", "7000"},
+			// Ready once devpod listens: the test talks to it as soon as it is Ready.
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(7000)}}},
 		}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
