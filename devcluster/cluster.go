@@ -44,17 +44,20 @@ type Cluster struct {
 	REST *rest.Config
 	// Network is the pods' Docker network.
 	Network dockernet.Network
-	// ObjectStore is the cluster's object store: its endpoint (on the network's gateway, so
-	// reachable from the host and from pods), its bucket, created ready, and its keys. The
-	// same values are in ObjectStoreEnvFile(Options.StateDir).
-	ObjectStore objectstore.Access
 	// Timings of the start-up phases.
 	ControlPlaneReady, NodesReady time.Duration
 
 	cp          *controlplane.ControlPlane
-	store       *objectstore.Store
 	nodesCancel context.CancelFunc
 	nodesDone   chan error
+
+	// The object store starts beside the control plane and, unless detached, finishes
+	// starting while the caller already uses the cluster (see ObjectStore): weed spends
+	// most of its ten-second start waiting on its own timers.
+	storeDone   chan struct{} // closed once store and storeErr are set
+	store       *objectstore.Store
+	storeErr    error
+	cancelStore context.CancelFunc
 }
 
 // Up starts the dev cluster, or completes a partly running one, and waits
@@ -88,23 +91,9 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	start := time.Now()
 	c := &Cluster{Options: o}
 	ok := false
-	// The object store starts beside the control plane (each spends most of its start-up
-	// waiting); its result is collected before Up returns or cleans up.
-	var storeDone chan error
-	storeCtx, cancelStore := context.WithCancel(ctx)
-	defer cancelStore()
-	joinStore := func() error {
-		if storeDone == nil {
-			return nil
-		}
-		err := <-storeDone
-		storeDone = nil
-		return err
-	}
 	defer func() {
 		if !ok {
-			cancelStore() // a failed Up does not wait out the store's readiness
-			_ = joinStore()
+			c.stopStarting() // a failed Up does not wait out the store's readiness
 			if !o.Detach {
 				c.Stop()
 			}
@@ -122,12 +111,7 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	fmt.Fprintf(o.Log, "devcluster: docker network %s (%s)\n", c.Network.Name, c.Network.Subnet)
 
-	storeDone = make(chan error, 1)
-	go func() {
-		s, err := objectstore.Start(storeCtx, o.objectStore(c.Network.Gateway))
-		c.store = s
-		storeDone <- err
-	}()
+	c.startObjectStore(ctx)
 
 	cpCfg := o.controlPlane(c.Network.Gateway.AsSlice())
 	nodeFiles, err := controlplane.Prepare(cpCfg)
@@ -201,21 +185,67 @@ func Up(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	c.NodesReady = time.Since(start)
 	fmt.Fprintf(o.Log, "devcluster: %d nodes ready in %.1fs\n", o.Nodes, c.NodesReady.Seconds())
-	if err := joinStore(); err != nil {
-		return nil, err
+	if o.Detach {
+		// The process that runs `devcluster up` ends next: the store must be ready first.
+		store, err := c.ObjectStore(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(o.Log, "devcluster: object store %s, bucket %s (keys in %s)\n", store.Endpoint, store.Bucket, ObjectStoreEnvFile(o.StateDir))
 	}
-	c.ObjectStore = c.store.Access
-	if err := c.ObjectStore.WriteEnvFile(ObjectStoreEnvFile(o.StateDir)); err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(o.Log, "devcluster: object store %s, bucket %s (keys in %s)\n", c.ObjectStore.Endpoint, c.ObjectStore.Bucket, ObjectStoreEnvFile(o.StateDir))
 	ok = true
 	return c, nil
+}
+
+// startObjectStore starts the store in the background; ObjectStore waits for it. Its start
+// outlives ctx (Up's), which a caller may end once Up returns; Stop ends it.
+func (c *Cluster) startObjectStore(ctx context.Context) {
+	storeCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancelStore = cancel
+	c.storeDone = make(chan struct{})
+	cfg := c.Options.objectStore(c.Network.Gateway)
+	envFile := ObjectStoreEnvFile(c.Options.StateDir)
+	go func() {
+		defer close(c.storeDone)
+		s, err := objectstore.Start(storeCtx, cfg)
+		if err == nil {
+			err = s.WriteEnvFile(envFile)
+		}
+		c.store, c.storeErr = s, err
+	}()
+}
+
+// stopStarting cancels a store that is still starting and waits until its start returns.
+func (c *Cluster) stopStarting() {
+	if c.cancelStore != nil {
+		c.cancelStore()
+		<-c.storeDone
+	}
+}
+
+// ObjectStore waits until the cluster's object store is ready and returns what reaches it:
+// its endpoint (on the pod network's gateway, so the host and pods both reach it), its
+// bucket, created ready, and its keys; the same values are in ObjectStoreEnvFile. Up
+// returns before the store is ready unless detached.
+func (c *Cluster) ObjectStore(ctx context.Context) (objectstore.Access, error) {
+	if c.storeDone == nil {
+		return objectstore.Access{}, errors.New("devcluster: no object store was started")
+	}
+	select {
+	case <-c.storeDone:
+	case <-ctx.Done():
+		return objectstore.Access{}, fmt.Errorf("devcluster: waiting for the object store: %w", ctx.Err())
+	}
+	if c.storeErr != nil {
+		return objectstore.Access{}, c.storeErr
+	}
+	return c.store.Access, nil
 }
 
 // Stop ends a cluster started without Detach: nodes, control plane, object
 // store, containers, network and state directory.
 func (c *Cluster) Stop() error {
+	c.stopStarting()
 	if c.nodesCancel != nil {
 		c.nodesCancel()
 		<-c.nodesDone

@@ -37,7 +37,8 @@ func TestDevClusterObjectStore(t *testing.T) {
 	_, err := testimage.Ensure(ctx)
 	require.NoError(t, err)
 	env := devtest.Start(t, devtest.Options{Nodes: 1})
-	store := env.ObjectStore
+	store, err := env.ObjectStore(ctx)
+	require.NoError(t, err)
 
 	t.Run("endpoint on the network gateway, access file written", func(t *testing.T) {
 		u, err := url.Parse(store.Endpoint)

@@ -42,8 +42,17 @@ type Env struct {
 	Instance string
 	// Cluster is nil when an already running cluster is reused.
 	Cluster *devcluster.Cluster
-	// ObjectStore is the cluster's object store (endpoint, bucket, keys).
-	ObjectStore objectstore.Access
+	// store is a reused cluster's object store, read from its env file.
+	store objectstore.Access
+}
+
+// ObjectStore waits until the cluster's object store is ready and returns its endpoint,
+// bucket and keys.
+func (e *Env) ObjectStore(ctx context.Context) (objectstore.Access, error) {
+	if e.Cluster != nil {
+		return e.Cluster.ObjectStore(ctx)
+	}
+	return e.store, nil
 }
 
 // Options tune a private cluster.
@@ -90,7 +99,7 @@ func New(ctx context.Context, o Options) (*Env, func() error, error) {
 		_ = c.Stop()
 		return nil, nil, err
 	}
-	env := &Env{Kubeconfig: c.Kubeconfig, REST: c.REST, Kube: kube, Instance: instance, Cluster: c, ObjectStore: c.ObjectStore}
+	env := &Env{Kubeconfig: c.Kubeconfig, REST: c.REST, Kube: kube, Instance: instance, Cluster: c}
 	return env, c.Stop, nil
 }
 
@@ -120,7 +129,7 @@ func reuse() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dev cluster in %s has no object store (run make dev again): %w", stateDir, err)
 	}
-	return &Env{Kubeconfig: kc, REST: rc, Kube: kube, Instance: o.Instance, ObjectStore: store}, nil
+	return &Env{Kubeconfig: kc, REST: rc, Kube: kube, Instance: o.Instance, store: store}, nil
 }
 
 // Start gives t its own cluster, removed when t ends.
