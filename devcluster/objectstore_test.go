@@ -34,7 +34,8 @@ import (
 func TestDevClusterObjectStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	_, err := testimage.Ensure(ctx)
+	// The hash-named tag: devpod's GET is there whatever another checkout did to :test.
+	image, err := testimage.Ensure(ctx)
 	require.NoError(t, err)
 	env := devtest.Start(t, devtest.Options{Nodes: 1})
 	store, err := env.ObjectStore(ctx)
@@ -65,7 +66,7 @@ func TestDevClusterObjectStore(t *testing.T) {
 	_, err = env.Kube.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: "s3client"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name: "main", Image: testimage.Image, Args: []string{"serve", "--port", "7000"},
+			Name: "main", Image: image, Args: []string{"serve", "--port", "7000"},
 			// Ready once devpod listens: the test talks to it as soon as it is Ready.
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(7000)}}},
 		}}},
