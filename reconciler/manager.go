@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/crds"
+	"github.com/gomomento/valkey-operator/reconciler/backup"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/settings"
 	corev1 "k8s.io/api/core/v1"
@@ -139,6 +140,9 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 	})
 	if err := r.setup(mgr, mc.SkipNameValidation); err != nil {
 		return nil, nil, fmt.Errorf("setting up controller: %w", err)
+	}
+	if err := backup.Setup(ctx, mgr, backup.Options{Recorder: mgr.GetEventRecorder(EventReporter)}, mc.SkipNameValidation); err != nil {
+		return nil, nil, fmt.Errorf("setting up the backup controller: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("operator settings", "defaultZoneSpread", st.DefaultZoneSpread)
 	return mgr, r, nil
