@@ -93,10 +93,99 @@ func TestBackupToObjectStore(t *testing.T) {
 
 	cl, err := store.Client()
 	require.NoError(t, err)
+	keys := n.requireBackupInBucket(cl, store.Bucket, prefix, cluster, "first", st)
+	assert.GreaterOrEqual(t, keys, int64(loaded), "every key loaded before the backup is in it")
+	events := n.kubectl("get", "events", "--field-selector", "involvedObject.name=first", "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
+	assert.Contains(t, events, backup.ReasonStarted)
+	assert.Contains(t, events, backup.ReasonCompleted)
+	assert.NotContains(t, events, backup.ReasonFromPrimary, "every shard had an in-sync replica")
+	columns := n.kubectl("get", "vkb", "first")
+	assert.Contains(t, columns, "Completed")
+
+	// Slow snapshots (rdb-key-save-delay: µs per key) keep the next backups running long
+	// enough to interrupt them.
+	n.eachServer(cluster, "CONFIG", "SET", "rdb-key-save-delay", "300")
+	defer n.eachServer(cluster, "CONFIG", "SET", "rdb-key-save-delay", "0")
+	waitRunning := func(name string) {
+		t.Helper()
+		n.eventually(time.Minute, 20*time.Millisecond, name+" Running", func() (bool, string, error) {
+			phase := gjson.Get(n.kubectl("get", "valkeybackup", name, "-o", "json"), "status.phase").String()
+			return phase == "Running", "phase " + phase, nil
+		})
+	}
+
+	// The operator killed mid-backup: its successor resumes the backup, which completes
+	// whole, its manifest naming objects that match their checksums.
+	start = time.Now()
+	n.applyBackup("resumed", cluster, store.Endpoint, store.Bucket, prefix, "s3")
+	waitRunning("resumed")
+	crashAndRestart(t)
+	t.Logf("e2e: operator SIGKILLed %.1fs into backup resumed", time.Since(start).Seconds())
+	got = n.waitBackup("resumed", "Completed", 3*time.Minute)
+	t.Logf("e2e: backup resumed by the new operator, Completed %.1fs after kubectl apply", time.Since(start).Seconds())
+	assert.GreaterOrEqual(t, n.requireBackupInBucket(cl, store.Bucket, prefix, cluster, "resumed", got.Get("status")), int64(loaded))
+
+	// A backup deleted while it runs: its transfer stops, and nothing of it is left named
+	// complete, nor any upload open.
+	ctx, cancel = ctxTimeout(2 * time.Minute)
+	defer cancel()
+	n.applyBackup("gone", cluster, store.Endpoint, store.Bucket, prefix, "s3")
+	waitRunning("gone")
+	n.kubectl("delete", "valkeybackup", "gone")
+	goneDir := fmt.Sprintf("%s/%s/%s/gone/", prefix, n.name, cluster)
+	n.eventually(time.Minute, 250*time.Millisecond, "no open upload under the deleted backup", func() (bool, string, error) {
+		var open []string
+		for u := range cl.ListIncompleteUploads(ctx, store.Bucket, goneDir, true) {
+			if u.Err != nil {
+				return false, u.Err.Error(), nil
+			}
+			open = append(open, u.Key)
+		}
+		return len(open) == 0, fmt.Sprintf("open uploads %v", open), nil
+	})
+	_, err = cl.StatObject(ctx, store.Bucket, goneDir+backup.ManifestName, minio.StatObjectOptions{})
+	assert.Error(t, err, "no manifest for a deleted backup")
+	finishDay2(t, w, watch, "three backups, one resumed by a new operator and one deleted")
+
+	// Bad input: each fails its backup with a message, and nothing is written for it.
+	n.kubectl("create", "secret", "generic", "s3-wrong", "--from-literal=accessKey="+store.AccessKey, "--from-literal=secretKey=not-the-secret")
+	bad := []struct {
+		name, cluster, bucket, secret, want string
+	}{
+		{"no-cluster", "nope", store.Bucket, "s3", `ValkeyCluster "nope" not found`},
+		{"wrong-secret", cluster, store.Bucket, "s3-wrong", "refused the credentials"},
+		{"no-bucket", cluster, "no-such-bucket", "s3", "bucket does not exist"},
+		{"no-secret", cluster, store.Bucket, "absent", `Secret "absent" not found`},
+	}
+	ctx, cancel = ctxTimeout(2 * time.Minute)
+	defer cancel()
+	for _, tc := range bad {
+		t.Run(tc.name, func(t *testing.T) {
+			n.applyBackup(tc.name, tc.cluster, store.Endpoint, tc.bucket, prefix, tc.secret)
+			got := n.waitBackup(tc.name, "Failed", time.Minute)
+			assert.Contains(t, got.Get("status.message").String(), tc.want)
+			assert.NotContains(t, got.Get("status.message").String(), store.SecretKey)
+			for o := range cl.ListObjects(ctx, store.Bucket, minio.ListObjectsOptions{Prefix: fmt.Sprintf("%s/%s/%s/%s/", prefix, n.name, tc.cluster, tc.name), Recursive: true}) {
+				t.Errorf("object %s written for a failed backup (%v)", o.Key, o.Err)
+			}
+		})
+	}
+}
+
+// requireBackupInBucket checks a Completed backup's objects against its status st: one per
+// shard under {prefix}/{namespace}/{cluster}/{name}/, streamed from a replica, of the size and
+// SHA-256 recorded, the slots covering the cluster, and the manifest naming the same objects.
+// It returns the keys the shards hold.
+func (n *ns) requireBackupInBucket(cl *minio.Client, bucket, prefix, cluster, name string, st gjson.Result) int64 {
+	t := n.t
+	t.Helper()
+	ctx, cancel := ctxTimeout(2 * time.Minute)
+	defer cancel()
 	roles := map[string]string{}
 	for _, s := range n.mustNodes(cluster) {
 		roles[s.Name] = s.Role
 	}
+	dir := fmt.Sprintf("%s/%s/%s/%s/", prefix, n.name, cluster, name)
 	shards := st.Get("shards").Array()
 	require.Len(t, shards, 3)
 	var keys, total int64
@@ -104,9 +193,9 @@ func TestBackupToObjectStore(t *testing.T) {
 	for i, s := range shards {
 		assert.EqualValues(t, i, s.Get("index").Int())
 		object := s.Get("object").String()
-		assert.Equal(t, fmt.Sprintf("%s/%s/%s/first/shard-%d.rdb", prefix, n.name, cluster, i), object)
+		assert.Equal(t, fmt.Sprintf("%sshard-%d.rdb", dir, i), object)
 		assert.Equal(t, "replica", roles[s.Get("node").String()], "shard %d streamed from a replica, not its primary", i)
-		o, err := cl.GetObject(ctx, store.Bucket, object, minio.GetObjectOptions{})
+		o, err := cl.GetObject(ctx, bucket, object, minio.GetObjectOptions{})
 		require.NoError(t, err)
 		h := sha256.New()
 		size, err := io.Copy(h, o)
@@ -127,11 +216,9 @@ func TestBackupToObjectStore(t *testing.T) {
 			}
 		}
 	}
-	assert.GreaterOrEqual(t, keys, int64(loaded), "every key loaded before the backup is in it")
 	assert.Equal(t, 16384, slots, "the shards' slots cover the cluster")
 	assert.Equal(t, total, st.Get("bytes").Int())
-
-	mo, err := cl.GetObject(ctx, store.Bucket, fmt.Sprintf("%s/%s/%s/first/%s", prefix, n.name, cluster, backup.ManifestName), minio.GetObjectOptions{})
+	mo, err := cl.GetObject(ctx, bucket, dir+backup.ManifestName, minio.GetObjectOptions{})
 	require.NoError(t, err)
 	body, err := io.ReadAll(mo)
 	require.NoError(t, mo.Close())
@@ -143,33 +230,5 @@ func TestBackupToObjectStore(t *testing.T) {
 		assert.Equal(t, shards[i].Get("object").String(), s.Object)
 		assert.Equal(t, shards[i].Get("sha256").String(), s.SHA256)
 	}
-	events := n.kubectl("get", "events", "--field-selector", "involvedObject.name=first", "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
-	assert.Contains(t, events, backup.ReasonStarted)
-	assert.Contains(t, events, backup.ReasonCompleted)
-	assert.NotContains(t, events, backup.ReasonFromPrimary, "every shard had an in-sync replica")
-	columns := n.kubectl("get", "vkb", "first")
-	assert.Contains(t, columns, "Completed")
-	finishDay2(t, w, watch, "a backup")
-
-	// Bad input: each fails its backup with a message, and nothing is written for it.
-	n.kubectl("create", "secret", "generic", "s3-wrong", "--from-literal=accessKey="+store.AccessKey, "--from-literal=secretKey=not-the-secret")
-	bad := []struct {
-		name, cluster, bucket, secret, want string
-	}{
-		{"no-cluster", "nope", store.Bucket, "s3", `ValkeyCluster "nope" not found`},
-		{"wrong-secret", cluster, store.Bucket, "s3-wrong", "refused the credentials"},
-		{"no-bucket", cluster, "no-such-bucket", "s3", "bucket does not exist"},
-		{"no-secret", cluster, store.Bucket, "absent", `Secret "absent" not found`},
-	}
-	for _, tc := range bad {
-		t.Run(tc.name, func(t *testing.T) {
-			n.applyBackup(tc.name, tc.cluster, store.Endpoint, tc.bucket, prefix, tc.secret)
-			got := n.waitBackup(tc.name, "Failed", time.Minute)
-			assert.Contains(t, got.Get("status.message").String(), tc.want)
-			assert.NotContains(t, got.Get("status.message").String(), store.SecretKey)
-			for o := range cl.ListObjects(ctx, store.Bucket, minio.ListObjectsOptions{Prefix: fmt.Sprintf("%s/%s/%s/%s/", prefix, n.name, tc.cluster, tc.name), Recursive: true}) {
-				t.Errorf("object %s written for a failed backup (%v)", o.Key, o.Err)
-			}
-		})
-	}
+	return keys
 }
