@@ -124,6 +124,16 @@ func TestBackupToObjectStore(t *testing.T) {
 	got = n.waitBackup("resumed", "Completed", 3*time.Minute)
 	t.Logf("e2e: backup resumed by the new operator, Completed %.1fs after kubectl apply", time.Since(start).Seconds())
 	assert.GreaterOrEqual(t, n.requireBackupInBucket(cl, store.Bucket, prefix, cluster, "resumed", got.Get("status")), int64(loaded))
+	// The restarted operator serves the latest completed backup's time.
+	completed, err := time.Parse(time.RFC3339, got.Get("status.completedAt").String())
+	require.NoError(t, err)
+	n.eventually(30*time.Second, 250*time.Millisecond, "valkey_backup_last_success_timestamp_seconds", func() (bool, string, error) {
+		v, found, err := suite.operator.metric("valkey_backup_last_success_timestamp_seconds", map[string]string{"namespace": n.name, "cluster": cluster})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return found && int64(v) == completed.Unix(), fmt.Sprintf("found %v value %v, want %d", found, v, completed.Unix()), nil
+	})
 
 	// A backup deleted while it runs: its transfer stops, and nothing of it is left named
 	// complete, nor any upload open.

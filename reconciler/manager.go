@@ -141,7 +141,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 	if err := r.setup(mgr, mc.SkipNameValidation); err != nil {
 		return nil, nil, fmt.Errorf("setting up controller: %w", err)
 	}
-	if err := backup.Setup(ctx, mgr, backup.Options{Recorder: mgr.GetEventRecorder(EventReporter)}, mc.SkipNameValidation); err != nil {
+	bopts := backup.Options{Recorder: mgr.GetEventRecorder(EventReporter)}
+	if m, ok := mc.Metrics.(backup.Metrics); ok {
+		bopts.Metrics = m
+	}
+	if err := backup.Setup(ctx, mgr, bopts, mc.SkipNameValidation); err != nil {
 		return nil, nil, fmt.Errorf("setting up the backup controller: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("operator settings", "defaultZoneSpread", st.DefaultZoneSpread)

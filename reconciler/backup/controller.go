@@ -50,6 +50,16 @@ type Options struct {
 	Transfers int
 	// Recorder receives the backups' Events (nil = none).
 	Recorder events.EventRecorder
+	// Metrics receives each cluster's completed backups (nil = none).
+	Metrics Metrics
+}
+
+// Metrics is what the controller reports: when a cluster's latest backup completed. Every
+// Completed backup is reported when it completes and again whenever it is reconciled (an
+// operator start reconciles them all), so the figure survives a restart; the receiver keeps
+// the latest per cluster.
+type Metrics interface {
+	BackupCompleted(namespace, cluster string, at time.Time)
 }
 
 // Controller reconciles ValkeyBackups.
@@ -98,7 +108,10 @@ func (c *Controller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	switch b.Status().Phase {
-	case views.BackupCompleted, views.BackupFailed:
+	case views.BackupCompleted:
+		c.reportCompleted(ctx, b)
+		return ctrl.Result{}, nil
+	case views.BackupFailed:
 		return ctrl.Result{}, nil
 	case views.BackupRunning:
 		if c.isRunning(req.NamespacedName) {
@@ -508,6 +521,23 @@ func observeSources(ctx context.Context, creds valkeyops.Credentials, members []
 		return nil, err
 	}
 	return chooseSources(members, snap)
+}
+
+// reportCompleted hands a Completed backup of a cluster that still exists to Metrics (a
+// deleted cluster's series are gone, and its backups must not bring them back).
+func (c *Controller) reportCompleted(ctx context.Context, b views.Backup) {
+	if c.opts.Metrics == nil {
+		return
+	}
+	at, err := time.Parse(time.RFC3339, b.Status().CompletedAt)
+	if err != nil {
+		return
+	}
+	cluster := b.Spec().Cluster
+	if err := c.client.Get(ctx, types.NamespacedName{Namespace: b.U.GetNamespace(), Name: cluster}, views.NewClusterObject()); err != nil {
+		return
+	}
+	c.opts.Metrics.BackupCompleted(b.U.GetNamespace(), cluster, at)
 }
 
 func (c *Controller) isRunning(key types.NamespacedName) bool {

@@ -8,12 +8,14 @@ package metrics
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/reconciler/backup"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
@@ -27,6 +29,9 @@ var Lifecycles = []string{views.LifecycleJoining, views.LifecycleActive, views.L
 // Recorder implements reconciler.Metrics.
 type Recorder struct {
 	state, shards, replicas, nodes, ready, slots, certExpiry *prometheus.GaugeVec
+	lastBackup                                               *prometheus.GaugeVec
+	backupsMu                                                sync.Mutex
+	latestBackup                                             map[types.NamespacedName]time.Time
 	actions, slotsMoved, keysMoved                           *prometheus.CounterVec
 	stepErrors                                               *prometheus.CounterVec
 	clusterVecs                                              []interface {
@@ -34,7 +39,10 @@ type Recorder struct {
 	}
 }
 
-var _ reconciler.Metrics = (*Recorder)(nil)
+var (
+	_ reconciler.Metrics = (*Recorder)(nil)
+	_ backup.Metrics     = (*Recorder)(nil)
+)
 
 // New registers the series with reg.
 func New(reg prometheus.Registerer) (*Recorder, error) {
@@ -43,13 +51,15 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, append(append([]string(nil), cl...), extra...))
 	}
 	r := &Recorder{
-		state:      gauge("valkey_cluster_state", "1 for the cluster's state (Creating, Invalid, Active), 0 for the others.", "state"),
-		shards:     gauge("valkey_cluster_shards_desired", "spec.shards."),
-		replicas:   gauge("valkey_cluster_replicas_per_shard_desired", "spec.replicasPerShard."),
-		nodes:      gauge("valkey_cluster_nodes", "ValkeyNodes by lifecycle (Joining, Active, Leaving).", "lifecycle"),
-		ready:      gauge("valkey_cluster_nodes_ready", "ValkeyNodes whose pods are ready."),
-		slots:      gauge("valkey_cluster_slots_assigned", "Slots assigned as the servers see them (16384 when the cluster serves every slot)."),
-		certExpiry: gauge("valkey_cluster_tls_certificate_not_after_timestamp_seconds", "When the cluster's TLS certificate expires (Unix time); absent without TLS."),
+		state:        gauge("valkey_cluster_state", "1 for the cluster's state (Creating, Invalid, Active), 0 for the others.", "state"),
+		shards:       gauge("valkey_cluster_shards_desired", "spec.shards."),
+		replicas:     gauge("valkey_cluster_replicas_per_shard_desired", "spec.replicasPerShard."),
+		nodes:        gauge("valkey_cluster_nodes", "ValkeyNodes by lifecycle (Joining, Active, Leaving).", "lifecycle"),
+		ready:        gauge("valkey_cluster_nodes_ready", "ValkeyNodes whose pods are ready."),
+		slots:        gauge("valkey_cluster_slots_assigned", "Slots assigned as the servers see them (16384 when the cluster serves every slot)."),
+		certExpiry:   gauge("valkey_cluster_tls_certificate_not_after_timestamp_seconds", "When the cluster's TLS certificate expires (Unix time); absent without TLS."),
+		lastBackup:   gauge("valkey_backup_last_success_timestamp_seconds", "When the cluster's latest ValkeyBackup completed (Unix time); absent until one has."),
+		latestBackup: map[types.NamespacedName]time.Time{},
 		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_cluster_topology_actions_total",
 			Help: "Topology actions on Active clusters by kind (CreateNodes, Replicate, Failover, ForceFailover, Takeover, Rebalance, MarkLeaving, Remove, Forget, Delete, ...) and result (ok, failed)."},
 			append(append([]string(nil), cl...), "action", "result")),
@@ -60,7 +70,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		stepErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_operator_reconcile_errors_total",
 			Help: "Reconcile passes that ended in an error, by the step that failed."}, []string{"step"}),
 	}
-	for _, c := range []prometheus.Collector{r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.actions, r.slotsMoved, r.keysMoved, r.stepErrors} {
+	for _, c := range []prometheus.Collector{r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.lastBackup, r.actions, r.slotsMoved, r.keysMoved, r.stepErrors} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -68,7 +78,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			}
 		}
 	}
-	r.clusterVecs = append(r.clusterVecs, r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.actions, r.slotsMoved, r.keysMoved)
+	r.clusterVecs = append(r.clusterVecs, r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.lastBackup, r.actions, r.slotsMoved, r.keysMoved)
 	return r, nil
 }
 
@@ -128,8 +138,24 @@ func (r *Recorder) Moved(c types.NamespacedName, moved valkeyops.MoveStats) {
 	r.keysMoved.WithLabelValues(c.Namespace, c.Name).Add(float64(moved.Keys))
 }
 
+// BackupCompleted moves the cluster's latest-backup time forward to at (never back: an
+// older backup reconciled after a newer one leaves it).
+func (r *Recorder) BackupCompleted(namespace, cluster string, at time.Time) {
+	key := types.NamespacedName{Namespace: namespace, Name: cluster}
+	r.backupsMu.Lock()
+	defer r.backupsMu.Unlock()
+	if !at.After(r.latestBackup[key]) {
+		return
+	}
+	r.latestBackup[key] = at
+	r.lastBackup.WithLabelValues(namespace, cluster).Set(float64(at.Unix()))
+}
+
 // ClusterGone drops every series of the cluster.
 func (r *Recorder) ClusterGone(c types.NamespacedName) {
+	r.backupsMu.Lock()
+	delete(r.latestBackup, c)
+	r.backupsMu.Unlock()
 	for _, v := range r.clusterVecs {
 		v.DeletePartialMatch(prometheus.Labels{"namespace": c.Namespace, "cluster": c.Name})
 	}

@@ -97,6 +97,7 @@ func TestAlertRulesUseOurSeries(t *testing.T) {
 	r.ActionDone(c, "Failover", nil)
 	r.Moved(c, valkeyops.MoveStats{Slots: 1})
 	r.ReconcileDone(c, "observe", 0, errors.New("x"))
+	r.BackupCompleted(c.Namespace, c.Name, time.Now())
 	ours := map[string]bool{}
 	families, err := reg.Gather()
 	require.NoError(t, err)
@@ -127,4 +128,22 @@ func TestAlertRulesUseOurSeries(t *testing.T) {
 		}
 	}
 	assert.GreaterOrEqual(t, alerts, 5)
+}
+
+// TestLatestBackupOnlyMovesForward: the last-success time is the newest completed backup's,
+// whatever order backups are reconciled in (an operator start reconciles them all), and it
+// goes with its cluster.
+func TestLatestBackupOnlyMovesForward(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r, err := New(reg)
+	require.NoError(t, err)
+	c := types.NamespacedName{Namespace: "ns", Name: "c"}
+	newer, older := time.Unix(2_000_000_000, 0), time.Unix(1_900_000_000, 0)
+	r.BackupCompleted("ns", "c", newer)
+	r.BackupCompleted("ns", "c", older)
+	assert.Equal(t, float64(newer.Unix()), testutil.ToFloat64(r.lastBackup.WithLabelValues("ns", "c")))
+	r.ClusterGone(c)
+	assert.Zero(t, testutil.CollectAndCount(r.lastBackup), "no series for a deleted cluster")
+	r.BackupCompleted("ns", "c", older)
+	assert.Equal(t, float64(older.Unix()), testutil.ToFloat64(r.lastBackup.WithLabelValues("ns", "c")), "a cluster made again under the name starts over")
 }
