@@ -93,7 +93,7 @@ func TestBackupToObjectStore(t *testing.T) {
 
 	cl, err := store.Client()
 	require.NoError(t, err)
-	keys := n.requireBackupInBucket(cl, store.Bucket, prefix, cluster, "first", st)
+	keys := n.requireBackupInBucket(cl, store.Bucket, prefix, cluster, "first", 3, st)
 	assert.GreaterOrEqual(t, keys, int64(loaded), "every key loaded before the backup is in it")
 	events := n.kubectl("get", "events", "--field-selector", "involvedObject.name=first", "-o", "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}")
 	assert.Contains(t, events, backup.ReasonStarted)
@@ -123,7 +123,7 @@ func TestBackupToObjectStore(t *testing.T) {
 	t.Logf("e2e: operator SIGKILLed %.1fs into backup resumed", time.Since(start).Seconds())
 	got = n.waitBackup("resumed", "Completed", 3*time.Minute)
 	t.Logf("e2e: backup resumed by the new operator, Completed %.1fs after kubectl apply", time.Since(start).Seconds())
-	assert.GreaterOrEqual(t, n.requireBackupInBucket(cl, store.Bucket, prefix, cluster, "resumed", got.Get("status")), int64(loaded))
+	assert.GreaterOrEqual(t, n.requireBackupInBucket(cl, store.Bucket, prefix, cluster, "resumed", 3, got.Get("status")), int64(loaded))
 	// The restarted operator serves the latest completed backup's time.
 	completed, err := time.Parse(time.RFC3339, got.Get("status.completedAt").String())
 	require.NoError(t, err)
@@ -186,7 +186,7 @@ func TestBackupToObjectStore(t *testing.T) {
 // shard under {prefix}/{namespace}/{cluster}/{name}/, streamed from a replica, of the size and
 // SHA-256 recorded, the slots covering the cluster, and the manifest naming the same objects.
 // It returns the keys the shards hold.
-func (n *ns) requireBackupInBucket(cl *minio.Client, bucket, prefix, cluster, name string, st gjson.Result) int64 {
+func (n *ns) requireBackupInBucket(cl *minio.Client, bucket, prefix, cluster, name string, shardCount int, st gjson.Result) int64 {
 	t := n.t
 	t.Helper()
 	ctx, cancel := ctxTimeout(2 * time.Minute)
@@ -197,7 +197,7 @@ func (n *ns) requireBackupInBucket(cl *minio.Client, bucket, prefix, cluster, na
 	}
 	dir := fmt.Sprintf("%s/%s/%s/%s/", prefix, n.name, cluster, name)
 	shards := st.Get("shards").Array()
-	require.Len(t, shards, 3)
+	require.Len(t, shards, shardCount)
 	var keys, total int64
 	slots := 0
 	for i, s := range shards {
@@ -235,7 +235,7 @@ func (n *ns) requireBackupInBucket(cl *minio.Client, bucket, prefix, cluster, na
 	require.NoError(t, err)
 	m, err := backup.DecodeManifest(body)
 	require.NoError(t, err, "the manifest reads back: %s", body)
-	require.Len(t, m.Shards, 3)
+	require.Len(t, m.Shards, shardCount)
 	for i, s := range m.Shards {
 		assert.Equal(t, shards[i].Get("object").String(), s.Object)
 		assert.Equal(t, shards[i].Get("sha256").String(), s.SHA256)

@@ -156,6 +156,21 @@ func TestDurableUpkeep(t *testing.T) {
 	t.Logf("e2e: durable upkeep: operator password rotated on every node %.1fs after the patch", time.Since(edited).Seconds())
 	assert.Equal(t, podsBefore, n.podIdentities(cluster), "a volume growth and two rotations replace no pod")
 
+	// A backup of this TLS cluster right after the rotation: the backup user's password
+	// moved with the operator's, and the snapshots stream over TLS.
+	ctx, cancel := ctxTimeout(time.Minute)
+	defer cancel()
+	store, err := suite.env.ObjectStore(ctx)
+	require.NoError(t, err)
+	n.kubectl("create", "secret", "generic", "s3", "--from-literal=accessKey="+store.AccessKey, "--from-literal=secretKey="+store.SecretKey)
+	cl, err := store.Client()
+	require.NoError(t, err)
+	start = time.Now()
+	n.applyBackup("after-rotation", cluster, store.Endpoint, store.Bucket, "e2e", "s3")
+	got := n.waitBackup("after-rotation", "Completed", 2*time.Minute)
+	t.Logf("e2e: durable upkeep: backup over TLS after the rotation Completed %.1fs after kubectl apply", time.Since(start).Seconds())
+	assert.Positive(t, n.requireBackupInBucket(cl, store.Bucket, "e2e", cluster, "after-rotation", 2, got.Get("status")))
+
 	// 4. A replica's pod deleted: it comes back on its claim, and this mount finishes the
 	// filesystem's growth.
 	nodes := n.nodeNames(cluster)
@@ -207,7 +222,7 @@ func TestDurableUpkeep(t *testing.T) {
 		return w.Acked() >= from+100, fmt.Sprintf("%d acknowledged since", w.Acked()-from), nil
 	})
 	res := w.Stop()
-	ctx, cancel := ctxTimeout(2 * time.Minute)
+	ctx, cancel = ctxTimeout(2 * time.Minute)
 	defer cancel()
 	reader := newClusterClient(t, addrsOf(n.podIPs(cluster)), password, n.serverTLS)
 	lost, firstLost := loadgen.Missing(ctx, reader, "upkeep:", res.Acked)
