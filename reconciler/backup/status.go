@@ -34,33 +34,27 @@ func (c *Controller) writeStatus(ctx context.Context, b views.Backup, st views.B
 }
 
 // patchLatest writes st onto the backup as the API server has it now (a transfer's status
-// writes come long after the pass that started it).
-func (c *Controller) patchLatest(ctx context.Context, key types.NamespacedName, st views.BackupStatus) error {
+// writes come long after the pass that started it), and returns the backup it read, for the
+// Event that follows (U is nil when it could not be read).
+func (c *Controller) patchLatest(ctx context.Context, key types.NamespacedName, st views.BackupStatus) (views.Backup, error) {
 	for attempt := 0; ; attempt++ {
 		u := views.NewBackupObject()
 		if err := c.reader.Get(ctx, key, u); err != nil {
-			return err
+			return views.Backup{}, err
 		}
-		err := c.writeStatus(ctx, views.Backup{U: u}, st)
+		b := views.Backup{U: u}
+		err := c.writeStatus(ctx, b, st)
 		if err == nil || !apierrors.IsConflict(err) || attempt >= 4 {
-			return err
+			return b, err
 		}
 	}
 }
 
+// event records an Event on b (none when b could not be read).
 func (c *Controller) event(b views.Backup, eventType, reason, action, format string, args ...any) {
-	if c.opts.Recorder != nil {
+	if c.opts.Recorder != nil && b.U != nil {
 		c.opts.Recorder.Eventf(b.U, nil, eventType, reason, action, format, args...)
 	}
-}
-
-// eventOn records an Event on the backup as it is now (a transfer outlives its pass's copy).
-func (c *Controller) eventOn(ctx context.Context, key types.NamespacedName, eventType, reason, action, format string, args ...any) {
-	u := views.NewBackupObject()
-	if err := c.reader.Get(ctx, key, u); err != nil {
-		return
-	}
-	c.event(views.Backup{U: u}, eventType, reason, action, format, args...)
 }
 
 // reportCompleted hands a Completed backup of a cluster that still exists to Metrics (a

@@ -120,10 +120,11 @@ func (c *Controller) recordShard(ctx context.Context, j *job, shard views.Backup
 	}
 	j.status.Bytes = totalBytes(j.status.Shards)
 	j.status.Message = fmt.Sprintf("%d of %d shards uploaded", uploaded, len(j.status.Shards))
-	if err := c.patchLatest(ctx, j.key, j.status); err != nil {
+	b, err := c.patchLatest(ctx, j.key, j.status)
+	if err != nil {
 		log.Info("recording an uploaded shard", "shard", shard.Index, "error", err.Error())
 	}
-	c.eventOn(ctx, j.key, corev1.EventTypeNormal, ReasonShardUploaded, fmt.Sprintf("Upload-%d", shard.Index),
+	c.event(b, corev1.EventTypeNormal, ReasonShardUploaded, fmt.Sprintf("Upload-%d", shard.Index),
 		"shard %d: %d bytes, %d keys, from %s", shard.Index, shard.Bytes, shard.Keys, shard.Node)
 }
 
@@ -152,20 +153,22 @@ func (c *Controller) complete(ctx context.Context, j *job, log logr.Logger) {
 	}
 	j.status.Phase, j.status.CompletedAt = views.BackupCompleted, now
 	j.status.Message = fmt.Sprintf("%d shards, %d bytes, manifest written", len(j.status.Shards), j.status.Bytes)
-	if err := c.patchLatest(ctx, j.key, j.status); err != nil {
+	b, err := c.patchLatest(ctx, j.key, j.status)
+	if err != nil {
 		log.Info("recording completion", "error", err.Error())
 		return
 	}
-	c.eventOn(ctx, j.key, corev1.EventTypeNormal, ReasonCompleted, "Complete", "%d shards, %d bytes, in %s/%s", len(j.status.Shards), j.status.Bytes, j.path, ManifestName)
+	c.event(b, corev1.EventTypeNormal, ReasonCompleted, "Complete", "%d shards, %d bytes, in %s/%s", len(j.status.Shards), j.status.Bytes, j.path, ManifestName)
 }
 
 // failLatest records Failed with msg on the backup as it is now.
 func (c *Controller) failLatest(ctx context.Context, j *job, msg string, log logr.Logger) {
 	j.status.Phase, j.status.Message = views.BackupFailed, msg
-	if err := c.patchLatest(ctx, j.key, j.status); err != nil {
+	b, err := c.patchLatest(ctx, j.key, j.status)
+	if err != nil {
 		log.Info("recording failure", "error", err.Error())
 	}
-	c.eventOn(ctx, j.key, corev1.EventTypeWarning, ReasonFailed, "Fail", "%s", msg)
+	c.event(b, corev1.EventTypeWarning, ReasonFailed, "Fail", "%s", msg)
 }
 
 func totalBytes(shards []views.BackupShard) int64 {
