@@ -69,7 +69,7 @@ type Controller struct {
 	ctx context.Context
 }
 
-// Setup registers the controller with mgr; transfers run under ctx.
+// Setup registers the controller and the backup scheduler with mgr; transfers run under ctx.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options, skipNameValidation bool) error {
 	if opts.Transfers <= 0 {
 		opts.Transfers = 2
@@ -78,11 +78,15 @@ func Setup(ctx context.Context, mgr ctrl.Manager, opts Options, skipNameValidati
 		client: mgr.GetClient(), reader: mgr.GetAPIReader(), opts: opts,
 		slots: make(chan struct{}, opts.Transfers), running: map[types.NamespacedName]context.CancelFunc{}, ctx: ctx,
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	if err := ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
 		For(views.NewBackupObject()).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: ptr.To(skipNameValidation)}).
-		Complete(c)
+		Complete(c); err != nil {
+		return err
+	}
+	// The schedules (scheduler.go): their own controller, keyed by cluster, on c's clients.
+	return setupScheduler(mgr, c, skipNameValidation)
 }
 
 // Reconcile starts a Pending backup, resumes a Running one this process is not transferring

@@ -34,14 +34,16 @@ type Recorder struct {
 	latestBackup                                             map[types.NamespacedName]time.Time
 	actions, slotsMoved, keysMoved                           *prometheus.CounterVec
 	stepErrors                                               *prometheus.CounterVec
+	backupScheduled                                          *prometheus.GaugeVec
 	clusterVecs                                              []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}
 }
 
 var (
-	_ reconciler.Metrics = (*Recorder)(nil)
-	_ backup.Metrics     = (*Recorder)(nil)
+	_ reconciler.Metrics     = (*Recorder)(nil)
+	_ backup.Metrics         = (*Recorder)(nil)
+	_ backup.ScheduleMetrics = (*Recorder)(nil)
 )
 
 // New registers the series with reg.
@@ -70,7 +72,8 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		stepErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_operator_reconcile_errors_total",
 			Help: "Reconcile passes that ended in an error, by the step that failed."}, []string{"step"}),
 	}
-	for _, c := range []prometheus.Collector{r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.lastBackup, r.actions, r.slotsMoved, r.keysMoved, r.stepErrors} {
+	r.backupScheduled = gauge("valkey_backup_scheduled", "1 while the cluster has a backup schedule that is not suspended, 0 otherwise.")
+	for _, c := range []prometheus.Collector{r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.lastBackup, r.backupScheduled, r.actions, r.slotsMoved, r.keysMoved, r.stepErrors} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {
@@ -78,7 +81,7 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 			}
 		}
 	}
-	r.clusterVecs = append(r.clusterVecs, r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.lastBackup, r.actions, r.slotsMoved, r.keysMoved)
+	r.clusterVecs = append(r.clusterVecs, r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.lastBackup, r.backupScheduled, r.actions, r.slotsMoved, r.keysMoved)
 	return r, nil
 }
 
@@ -149,6 +152,15 @@ func (r *Recorder) BackupCompleted(namespace, cluster string, at time.Time) {
 	}
 	r.latestBackup[key] = at
 	r.lastBackup.WithLabelValues(namespace, cluster).Set(float64(at.Unix()))
+}
+
+// BackupScheduled sets whether the cluster has a backup schedule that is not suspended.
+func (r *Recorder) BackupScheduled(namespace, cluster string, scheduled bool) {
+	v := 0.0
+	if scheduled {
+		v = 1
+	}
+	r.backupScheduled.WithLabelValues(namespace, cluster).Set(v)
 }
 
 // ClusterGone drops every series of the cluster.

@@ -98,6 +98,7 @@ func TestAlertRulesUseOurSeries(t *testing.T) {
 	r.Moved(c, valkeyops.MoveStats{Slots: 1})
 	r.ReconcileDone(c, "observe", 0, errors.New("x"))
 	r.BackupCompleted(c.Namespace, c.Name, time.Now())
+	r.BackupScheduled(c.Namespace, c.Name, true)
 	ours := map[string]bool{}
 	families, err := reg.Gather()
 	require.NoError(t, err)
@@ -146,4 +147,27 @@ func TestLatestBackupOnlyMovesForward(t *testing.T) {
 	assert.Zero(t, testutil.CollectAndCount(r.lastBackup), "no series for a deleted cluster")
 	r.BackupCompleted("ns", "c", older)
 	assert.Equal(t, float64(older.Unix()), testutil.ToFloat64(r.lastBackup.WithLabelValues("ns", "c")), "a cluster made again under the name starts over")
+}
+
+// TestBackupScheduled: the series says whether a schedule runs (1) or is absent or
+// suspended (0), follows the latest report, and goes with its cluster.
+func TestBackupScheduled(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	r, err := New(reg)
+	require.NoError(t, err)
+	c := types.NamespacedName{Namespace: "ns", Name: "c"}
+	for _, tc := range []struct {
+		name      string
+		scheduled bool
+		want      float64
+	}{
+		{"a schedule set", true, 1},
+		{"suspended or removed", false, 0},
+		{"resumed", true, 1},
+	} {
+		r.BackupScheduled(c.Namespace, c.Name, tc.scheduled)
+		assert.Equal(t, tc.want, testutil.ToFloat64(r.backupScheduled.WithLabelValues("ns", "c")), tc.name)
+	}
+	r.ClusterGone(c)
+	assert.Zero(t, testutil.CollectAndCount(r.backupScheduled), "no series for a deleted cluster")
 }
