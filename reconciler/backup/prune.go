@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gomomento/valkey-operator/reconciler/views"
 )
@@ -26,6 +28,9 @@ func (s *Scheduler) prune(ctx context.Context, cluster views.Cluster, runs []Run
 			continue
 		}
 		n, err := s.pruneOne(ctx, b)
+		if errors.Is(err, errPruned) {
+			continue // the cache had not seen an earlier prune's deletion yet
+		}
 		if err != nil {
 			s.event(cluster, corev1.EventTypeWarning, ReasonPruneFailed, "Prune", "pruning the scheduled backup %s: %s", r.Name, err.Error())
 			return err
@@ -42,9 +47,23 @@ func (s *Scheduler) prune(ctx context.Context, cluster views.Cluster, runs []Run
 // errPruneInput is a pruning problem of the user's to fix (a Secret gone).
 var errPruneInput = errors.New("cannot open the backup's storage")
 
+// errPruned says the backup is already gone from the API server.
+var errPruned = errors.New("already pruned")
+
 // pruneOne deletes b's objects in order, then b; it returns how many objects there were.
-func (s *Scheduler) pruneOne(ctx context.Context, b views.Backup) (int, error) {
-	ns := b.U.GetNamespace()
+func (s *Scheduler) pruneOne(ctx context.Context, cached views.Backup) (int, error) {
+	ns := cached.U.GetNamespace()
+	// Read around the cache: a backup pruned a moment ago may still be listed there.
+	b := views.Backup{U: views.NewBackupObject()}
+	if err := s.c.reader.Get(ctx, types.NamespacedName{Namespace: ns, Name: cached.U.GetName()}, b.U); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, errPruned
+		}
+		return 0, err
+	}
+	if b.U.GetUID() != cached.U.GetUID() || b.U.GetDeletionTimestamp() != nil {
+		return 0, errPruned
+	}
 	store, msg, err := s.c.openStore(ctx, ns, b.Spec().Storage)
 	if err != nil {
 		return 0, err

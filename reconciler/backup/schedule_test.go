@@ -32,8 +32,8 @@ func TestParseSchedule(t *testing.T) {
 		{"@daily", true},
 		{"@every 15s", true},
 		{"@every 1h30m", true},
-		{"0 5-1 * * *", false},       // a range the schema's shape check lets through
-		{"0 0 30 2 *", false},        // February 30th: never due
+		{"0 5-1 * * *", false}, // a range the schema's shape check lets through
+		{"0 0 30 2 *", false},  // February 30th: never due
 		{"CRON_TZ=UTC 0 3 * * *", false},
 		{"TZ=Europe/Paris @daily", false},
 		{"@every soon", false},
