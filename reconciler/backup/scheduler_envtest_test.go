@@ -160,4 +160,9 @@ func TestSchedulerOnAPIServer(t *testing.T) {
 		return err != nil, ""
 	})
 	assert.Len(t, runs(), len(before))
+	var made []string
+	for _, b := range runs() {
+		made = append(made, b.U.GetName()+" "+b.Status().Phase)
+	}
+	t.Logf("runs made (created %s): %v", created.UTC().Format(time.RFC3339), made)
 }
