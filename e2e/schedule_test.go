@@ -123,6 +123,34 @@ func TestScheduledBackups(t *testing.T) {
 	})
 	t.Logf("e2e: %d scheduled backups completed %.1fs after the schedule was set, %d kept", len(completed), time.Since(start).Seconds(), len(remaining))
 
+	// Suspended at once, so that the set checked below holds still: a run made just before
+	// finishes (and may prune), then nothing moves.
+	patchBackup(`"suspend":true`)
+	n.eventually(30*time.Second, 250*time.Millisecond, "valkey_backup_scheduled 0", func() (bool, string, error) {
+		v, found, err := suite.operator.metric("valkey_backup_scheduled", map[string]string{"namespace": n.name, "cluster": cluster})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return found && v == 0, fmt.Sprintf("found %v value %v", found, v), nil
+	})
+	var before map[string]gjson.Result
+	n.eventually(time.Minute, 250*time.Millisecond, "no scheduled backup Pending or Running, keep applied", func() (bool, string, error) {
+		before = n.scheduledBackups(cluster)
+		remaining = remaining[:0]
+		for name, b := range before {
+			switch p := b.Get("status.phase").String(); p {
+			case "Completed":
+				completed[name] = b
+				remaining = append(remaining, name)
+			case "Failed":
+			default:
+				return false, name + " " + p, nil
+			}
+		}
+		return len(remaining) == keep, fmt.Sprintf("%d Completed", len(remaining)), nil
+	})
+	t.Logf("e2e: suspended %.1fs after the schedule was set: %d scheduled backups completed in all, %d kept", time.Since(start).Seconds(), len(completed), len(remaining))
+
 	var all []string
 	for name := range completed {
 		all = append(all, name)
@@ -157,26 +185,8 @@ func TestScheduledBackups(t *testing.T) {
 	assert.Contains(t, reasons, backup.ReasonScheduled)
 	assert.Contains(t, reasons, backup.ReasonPruned)
 
-	// Suspended: once a run made just before has finished, none is made over one interval
-	// plus a margin. This is a bounded wait asserting an absence, polled, not a condition.
-	patchBackup(`"suspend":true`)
-	n.eventually(30*time.Second, 250*time.Millisecond, "valkey_backup_scheduled 0", func() (bool, string, error) {
-		v, found, err := suite.operator.metric("valkey_backup_scheduled", map[string]string{"namespace": n.name, "cluster": cluster})
-		if err != nil {
-			return false, err.Error(), nil
-		}
-		return found && v == 0, fmt.Sprintf("found %v value %v", found, v), nil
-	})
-	var before map[string]gjson.Result
-	n.eventually(time.Minute, 250*time.Millisecond, "no scheduled backup Pending or Running", func() (bool, string, error) {
-		before = n.scheduledBackups(cluster)
-		for name, b := range before {
-			if p := b.Get("status.phase").String(); p != "Completed" && p != "Failed" {
-				return false, name + " " + p, nil
-			}
-		}
-		return true, "", nil
-	})
+	// Suspended: no run is made over one interval plus a margin. This is a bounded wait
+	// asserting an absence, polled, not a stand-in for a condition.
 	quiet := interval + 5*time.Second
 	for deadline := time.Now().Add(quiet); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
 		for name := range n.scheduledBackups(cluster) {
