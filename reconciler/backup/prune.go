@@ -32,14 +32,14 @@ func (s *Scheduler) prune(ctx context.Context, cluster views.Cluster, runs []Run
 			continue // the cache had not seen an earlier prune's deletion yet
 		}
 		if err != nil {
-			s.event(cluster, corev1.EventTypeWarning, ReasonPruneFailed, "Prune", "pruning the scheduled backup %s: %s", r.Name, err.Error())
+			s.event(cluster, b.U, corev1.EventTypeWarning, ReasonPruneFailed, "Prune", "pruning the scheduled backup %s: %s", r.Name, err.Error())
 			return err
 		}
 		why := fmt.Sprintf("keep is %d", keep)
 		if r.Phase == views.BackupFailed {
 			why = fmt.Sprintf("it failed and %d newer scheduled backups completed", keep)
 		}
-		s.event(cluster, corev1.EventTypeNormal, ReasonPruned, "Prune", "pruned the scheduled backup %s and its %d objects: %s", r.Name, n, why)
+		s.event(cluster, b.U, corev1.EventTypeNormal, ReasonPruned, "Prune", "pruned the scheduled backup %s and its %d objects: %s", r.Name, n, why)
 	}
 	return nil
 }
@@ -64,16 +64,19 @@ func (s *Scheduler) pruneOne(ctx context.Context, cached views.Backup) (int, err
 	if b.U.GetUID() != cached.U.GetUID() || b.U.GetDeletionTimestamp() != nil {
 		return 0, errPruned
 	}
+	path := b.Status().Path
+	if path == "" {
+		// Failed before Running (a missing Secret, refused credentials, no bucket, a cluster
+		// not Active): the path is recorded before anything is written, so there is nothing
+		// in the store, which may well be the unreachable part.
+		return 0, s.deleteBackup(ctx, b)
+	}
 	store, msg, err := s.c.openStore(ctx, ns, b.Spec().Storage)
 	if err != nil {
 		return 0, err
 	}
 	if msg != "" {
 		return 0, fmt.Errorf("%w: %s", errPruneInput, msg)
-	}
-	path := b.Status().Path
-	if path == "" { // failed before it started: nothing recorded, but look where it would be
-		path = strings.Join([]string{ns, b.Spec().Cluster, b.U.GetName()}, "/")
 	}
 	dir := store.Key(path) + "/"
 	existing, err := store.List(ctx, dir)

@@ -128,6 +128,8 @@ type Decision struct {
 	Due time.Time
 	// Skip says why the run due at Due is not made (empty: it is not skipped).
 	Skip string
+	// SkippedFor names the run still Pending or Running that the run due was skipped for.
+	SkippedFor string
 	// Next is the following due time, when to look again.
 	Next time.Time
 }
@@ -173,6 +175,7 @@ func Decide(sched cron.Schedule, in Inputs) Decision {
 	}
 	if r, ok := newestActive(in.Runs); ok {
 		d.Skip = fmt.Sprintf("the backup %s is still %s", r.Name, r.phaseOrPending())
+		d.SkippedFor = r.Name
 		return d
 	}
 	d.Create = RunName(in.Cluster, due)

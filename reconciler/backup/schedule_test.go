@@ -170,13 +170,13 @@ func TestDecide(t *testing.T) {
 			name: "the previous run still Running: skipped", spec: "@every 15s", state: views.StateActive,
 			runs: []Run{run("2026-12-07T10:00:18Z", views.BackupRunning)},
 			now:  "2026-12-07T10:00:33Z",
-			want: Decision{Due: utc("2026-12-07T10:00:33Z"), Skip: "the backup c-20261207100018 is still Running", Next: utc("2026-12-07T10:00:48Z")},
+			want: Decision{Due: utc("2026-12-07T10:00:33Z"), Skip: "the backup c-20261207100018 is still Running", SkippedFor: "c-20261207100018", Next: utc("2026-12-07T10:00:48Z")},
 		},
 		{
 			name: "the previous run not yet picked up (no phase): skipped as Pending", spec: "@every 15s", state: views.StateActive,
 			runs: []Run{run("2026-12-07T10:00:18Z", "")},
 			now:  "2026-12-07T10:00:34Z",
-			want: Decision{Due: utc("2026-12-07T10:00:33Z"), Skip: "the backup c-20261207100018 is still Pending", Next: utc("2026-12-07T10:00:48Z")},
+			want: Decision{Due: utc("2026-12-07T10:00:33Z"), Skip: "the backup c-20261207100018 is still Pending", SkippedFor: "c-20261207100018", Next: utc("2026-12-07T10:00:48Z")},
 		},
 		{
 			name: "a Failed previous run does not block the next", spec: "@every 15s", state: views.StateActive,

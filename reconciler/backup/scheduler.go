@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -138,7 +139,11 @@ func (s *Scheduler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resul
 		s.mu.Lock()
 		s.skipped[req.NamespacedName] = d.Due
 		s.mu.Unlock()
-		s.event(cluster, corev1.EventTypeNormal, ReasonSkipped, "Schedule", "the run due at %s is skipped: %s", d.Due.Format(time.RFC3339), d.Skip)
+		var related *unstructured.Unstructured
+		if b, ok := byName[d.SkippedFor]; ok {
+			related = b.U
+		}
+		s.event(cluster, related, corev1.EventTypeNormal, ReasonSkipped, "Schedule", "the run due at %s is skipped: %s", d.Due.Format(time.RFC3339), d.Skip)
 	case d.Create != "":
 		if err := s.create(ctx, cluster, d.Create, spec.Storage); err != nil {
 			return ctrl.Result{}, err
@@ -194,7 +199,7 @@ func (s *Scheduler) create(ctx context.Context, cluster views.Cluster, name stri
 		}
 		return fmt.Errorf("creating the scheduled backup %s: %w", name, err)
 	}
-	s.event(cluster, corev1.EventTypeNormal, ReasonScheduled, "Schedule", "created the scheduled backup %s", name)
+	s.event(cluster, b.U, corev1.EventTypeNormal, ReasonScheduled, "Schedule", "created the scheduled backup %s", name)
 	return nil
 }
 
@@ -204,7 +209,7 @@ func (s *Scheduler) reportInvalid(cluster views.Cluster, key types.NamespacedNam
 	s.invalid[key] = schedule
 	s.mu.Unlock()
 	if !seen {
-		s.event(cluster, corev1.EventTypeWarning, ReasonScheduleInvalid, "Schedule", "%s; no backup is scheduled until spec.backup.schedule is fixed", err.Error())
+		s.event(cluster, nil, corev1.EventTypeWarning, ReasonScheduleInvalid, "Schedule", "%s; no backup is scheduled until spec.backup.schedule is fixed", err.Error())
 	}
 }
 
@@ -221,11 +226,18 @@ func (s *Scheduler) forget(key types.NamespacedName) {
 	delete(s.invalid, key)
 }
 
-// event records an Event on the cluster.
-func (s *Scheduler) event(cluster views.Cluster, eventType, reason, action, format string, args ...any) {
-	if s.c.opts.Recorder != nil {
-		s.c.opts.Recorder.Eventf(cluster.U, nil, eventType, reason, action, format, args...)
+// event records an Event on the cluster, related to the backup it is about (nil: none).
+// The related object also keeps Events apart: the recorder folds Events that differ only in
+// their note into one series, which would hide every pruned backup's name but the first.
+func (s *Scheduler) event(cluster views.Cluster, related *unstructured.Unstructured, eventType, reason, action, format string, args ...any) {
+	if s.c.opts.Recorder == nil {
+		return
 	}
+	if related == nil {
+		s.c.opts.Recorder.Eventf(cluster.U, nil, eventType, reason, action, format, args...)
+		return
+	}
+	s.c.opts.Recorder.Eventf(cluster.U, related, eventType, reason, action, format, args...)
 }
 
 // deleteBackup deletes b only if it is still the object that was pruned (same UID).

@@ -153,6 +153,37 @@ func TestSchedulerOnAPIServer(t *testing.T) {
 		}
 	}
 
+	// keep on Failed runs (pruning goes on while suspended): each failed before it started
+	// (no Secret), so it wrote nothing, and goes once keep newer scheduled backups completed.
+	// Two later runs are marked Completed here by hand, as the store they would need is absent.
+	failed := len(before)
+	for i := 1; i <= keep; i++ {
+		b := views.Backup{U: views.NewBackupObject()}
+		b.U.SetNamespace(ns)
+		b.U.SetName(RunName(name, time.Now().Add(time.Duration(i)*time.Hour)))
+		b.U.SetLabels(map[string]string{render.LabelCluster: name, LabelScheduled: "true"})
+		b.SetSpec(views.BackupSpec{Cluster: name, Storage: storage})
+		require.NoError(t, k8s.Create(ctx, b.U))
+		patch := client.MergeFrom(b.U.DeepCopy())
+		b.SetStatus(views.BackupStatus{Phase: views.BackupCompleted, CompletedAt: time.Now().UTC().Format(time.RFC3339)})
+		require.NoError(t, k8s.Status().Patch(ctx, b.U, patch))
+	}
+	wait("the Failed runs pruned", 20*time.Second, func() (bool, string) {
+		var left []string
+		for _, b := range runs() {
+			left = append(left, b.U.GetName()+" "+b.Status().Phase)
+		}
+		return len(left) == keep && !strings.Contains(strings.Join(left, ","), views.BackupFailed), strings.Join(left, ", ")
+	})
+	wait("one BackupPruned per Failed run, each naming it", 10*time.Second, func() (bool, string) {
+		r := reasons()
+		return strings.Count(r, ReasonPruned+": ") == failed, r
+	})
+	before = map[string]bool{}
+	for _, b := range runs() {
+		before[b.U.GetName()] = true
+	}
+
 	// Deleting the cluster keeps its runs (nothing owns them).
 	require.NoError(t, k8s.Delete(ctx, c.U))
 	wait("cluster gone", 20*time.Second, func() (bool, string) {
