@@ -23,6 +23,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == restoreFetchCommand {
+		os.Exit(restoreFetchMain()) // a restoring pod's init container, not the operator
+	}
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
