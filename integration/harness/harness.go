@@ -154,7 +154,7 @@ func (e *Env) StartNode(ctx context.Context, shard int) (model.Node, error) {
 	name := fmt.Sprintf("n%d", e.seq)
 	e.seq++
 	e.mu.Unlock()
-	n, err := e.start(ctx, name, shard)
+	n, err := e.start(ctx, name, shard, "")
 	if err != nil {
 		return n, err
 	}
@@ -221,7 +221,7 @@ func (e *Env) StartAgain(ctx context.Context, name string) (model.Node, error) {
 	if i < 0 {
 		return model.Node{}, fmt.Errorf("no node %s", name)
 	}
-	n, err := e.start(ctx, name, e.nodes[i].Shard)
+	n, err := e.start(ctx, name, e.nodes[i].Shard, "")
 	if err != nil {
 		return n, err
 	}
@@ -231,8 +231,28 @@ func (e *Env) StartAgain(ctx context.Context, name string) (model.Node, error) {
 	return n, nil
 }
 
-// start runs node name's container and returns the node at its address.
-func (e *Env) start(ctx context.Context, name string, shard int) (model.Node, error) {
+// StartNodeOnDir starts one node for shard whose /data is dataDir, a directory of the host
+// (bind-mounted; the server runs as 999:999 and must be able to write there), as a pod's
+// server starts on the data directory its init container prepared. Restart and StartAgain
+// do not apply to it.
+func (e *Env) StartNodeOnDir(ctx context.Context, shard int, dataDir string) (model.Node, error) {
+	e.mu.Lock()
+	name := fmt.Sprintf("n%d", e.seq)
+	e.seq++
+	e.mu.Unlock()
+	n, err := e.start(ctx, name, shard, dataDir)
+	if err != nil {
+		return n, err
+	}
+	e.mu.Lock()
+	e.nodes = append(e.nodes, n)
+	e.mu.Unlock()
+	return n, nil
+}
+
+// start runs node name's container and returns the node at its address; its /data is
+// dataDir on the host when given, else its volume (Config.Volumes) or a tmpfs.
+func (e *Env) start(ctx context.Context, name string, shard int, dataDir string) (model.Node, error) {
 	files := []testcontainers.ContainerFile{{
 		Reader: bytes.NewReader([]byte(model.RenderACL(e.cfg.ACL))), ContainerFilePath: "/etc/valkey/acl/users.acl", FileMode: 0o644,
 	}}
@@ -251,6 +271,9 @@ func (e *Env) start(ctx context.Context, name string, shard int) (model.Node, er
 		}
 		e.mu.Unlock()
 		data = testcontainers.WithMounts(testcontainers.ContainerMount{Source: testcontainers.GenericVolumeMountSource{Name: vol}, Target: "/data"})
+	}
+	if dataDir != "" {
+		data = testcontainers.WithHostConfigModifier(func(h *container.HostConfig) { h.Binds = append(h.Binds, dataDir+":/data") })
 	}
 	c, err := testcontainers.Run(ctx, e.cfg.Image,
 		testcontainers.WithCmd(e.Args()...),
