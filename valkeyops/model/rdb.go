@@ -6,8 +6,9 @@ package model
 // to 12 to 79; a Valkey server loads any version up to its own outside that range.
 const (
 	// RDBVersionRedisCompatible is RDB 11: what 7.2 to 8.x write, and what a 9.x server
-	// still sends over SYNC to a client that does not announce a newer version (seen on
-	// 9.1.2: a streamed snapshot starts REDIS0011, its own dump.rdb VALKEY080).
+	// sends over SYNC to a client that announces no version of its own, as the snapshot
+	// stream does (a 9.1.2 stream starts REDIS0011, its own dump.rdb VALKEY080:
+	// integration/TestRestoreFetch asserts both).
 	RDBVersionRedisCompatible = 11
 	// ForeignRDBVersionMin and ForeignRDBVersionMax bound the versions Valkey reserves for
 	// formats it does not read: no Valkey loads them.
