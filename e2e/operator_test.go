@@ -29,7 +29,9 @@ type operator struct{ *operatorproc.Process }
 func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
 	p, err := operatorproc.Start(context.Background(), operatorproc.Options{
 		Bin: bin, Kubeconfig: kubeconfig, Namespace: operatorNamespace, LogPath: logPath,
-		Args:        []string{"--recheck-interval", recheckInterval.String(), "--slow-start", slowStart.String(), "--zap-time-encoding", "rfc3339nano"},
+		Args: []string{"--recheck-interval", recheckInterval.String(), "--slow-start", slowStart.String(), "--zap-time-encoding", "rfc3339nano",
+			// Run on the host, the operator has no pod to read its image from.
+			"--restore-image", operatorImage()},
 		LeaderElect: true,
 	})
 	if err != nil {

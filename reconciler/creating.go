@@ -113,26 +113,9 @@ func (r *Reconciler) passFormed(ctx context.Context, p *pass) *outcome {
 	return r.activate(ctx, p)
 }
 
-// holdRestore keeps a cluster that asks to be restored (spec.restoreFrom) in Creating with a
-// Warning: this operator version does not load a backup yet, and forming the cluster empty
-// would look like a restore that lost every key. The schema fixes restoreFrom at creation,
-// so the user's way out is to delete the cluster, or to wait for an operator that restores.
-func (r *Reconciler) holdRestore(_ context.Context, p *pass) *outcome {
-	src := p.cluster.RestoreFrom()
-	if src == nil {
-		return nil
-	}
-	from := "the backup at " + strconv.Quote(src.Path)
-	if src.FromBackup() {
-		from = "ValkeyBackup " + strconv.Quote(src.Backup)
-	}
-	p.raise(ReasonRestoreUnavailable, "Restore", "spec.restoreFrom ("+from+") cannot be restored by this operator version yet; "+
-		"the cluster waits in Creating rather than start empty (delete it to start without the backup)")
-	return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
-}
-
 func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken map[string]bool) (views.Node, error) {
 	spec := render.NodeSpec(p.cluster, shard, p.resolved, r.opts.Settings.DefaultZoneSpread)
+	spec.Restore = p.restoreFor(shard, r.opts.RestoreImage)
 	for attempt := 0; ; attempt++ {
 		name, err := render.NodeName(p.key.Name, r.opts.Random)
 		if err != nil {
@@ -158,6 +141,12 @@ func (r *Reconciler) createNode(ctx context.Context, p *pass, shard int, taken m
 		n.SetStatus(views.NodeStatus{Lifecycle: views.LifecycleJoining})
 		if err := r.client.Status().Update(ctx, u); err != nil {
 			return views.Node{}, err
+		}
+		if spec.Restore != nil {
+			if p.restoreGiven == nil {
+				p.restoreGiven = map[int]bool{}
+			}
+			p.restoreGiven[shard] = true
 		}
 		p.log.Info("created ValkeyNode", "node", name, "shard", shard, "image", spec.Image)
 		r.event(p, u, ReasonNodeCreated, "CreateNode", "Created ValkeyNode %s for shard %d (image %s)", name, shard, spec.Image)
@@ -217,7 +206,13 @@ func (r *Reconciler) createPod(ctx context.Context, p *pass, n views.Node, annot
 	// The exporter's password file is rendered from the login (ensureAuthSecret), which
 	// cannot change before this pod's volumes are mounted: a new login is recorded only
 	// once every node is a ready server.
-	pod := render.Pod(n.Name(), p.key.Namespace, n.Spec(), render.PodAnnotations(annotations, n.Spec(), p.operatorPassword))
+	spec := n.Spec()
+	if n.Status().Lifecycle != views.LifecycleJoining {
+		// A node that has served fetches no snapshot again: its pod made anew (a durable
+		// node restarted on its volume) starts from its own data.
+		spec.Restore = nil
+	}
+	pod := render.Pod(n.Name(), p.key.Namespace, spec, render.PodAnnotations(annotations, spec, p.operatorPassword))
 	pod.OwnerReferences = []metav1.OwnerReference{owner}
 	if err := r.client.Create(ctx, pod); err != nil {
 		if apierrors.IsAlreadyExists(err) {
@@ -301,13 +296,24 @@ func (r *Reconciler) observeForming(ctx context.Context, p *pass) *outcome {
 	return r.observe(ctx, p, reading{})
 }
 
+// formingTarget is the topology a Creating pass forms: the targetSpec snapshot, except that
+// a cluster restored from a backup forms with the backup's shard count (the Active phase
+// then scales it to spec.shards, moving slots with their keys).
+func (p *pass) formingTarget() views.TargetSpec {
+	t := p.target()
+	if p.restore != nil {
+		t.Shards = p.restore.shards()
+	}
+	return t
+}
+
 // planForming forms the cluster from the targetSpec snapshot with the topology planner in its
 // forming mode (plan/forming.go), performing what it plans with the Active phase's own
 // operations. Creating reports in its own terms (docs/status.md): pods that cannot be
 // scheduled, a bootstrap that failed, the cluster formed. After a bootstrap the servers are
 // observed again and planned in the same pass, so a cluster that formed turns Active at once.
 func (r *Reconciler) planForming(ctx context.Context, p *pass) *outcome {
-	t := p.target()
+	t := p.formingTarget()
 	for bootstrapped := false; ; bootstrapped = true {
 		o := r.observed(p, t.Shards, t.ReplicasPerShard)
 		o.Forming, o.Hash = true, r.liveHash(p)
@@ -333,10 +339,15 @@ func (r *Reconciler) planForming(ctx context.Context, p *pass) *outcome {
 				p.log.Info("cluster not healthy yet", "problems", a.Reason)
 				return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 			}
+			if loading := p.loadingShards(); len(loading) > 0 {
+				p.log.Info("waiting for restored servers to load their snapshot", "nodes", loading)
+				return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+			}
 			if out := r.bootstrap(ctx, p, t); out != nil {
 				return out
 			}
 		case plan.MarkActive:
+			r.reportRestored(p)
 			return r.activate(ctx, p)
 		default:
 			return done(ctrl.Result{}, fmt.Errorf("forming planned %q", a.Kind))
@@ -369,7 +380,13 @@ func (r *Reconciler) bootstrap(ctx context.Context, p *pass, t views.TargetSpec)
 		p.raise(ReasonBootstrapFailed, "Bootstrap", "bootstrap waits: "+expiryNote(p.cluster.TLSSecretRef(), at))
 		return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
 	}
-	if err := p.valkey.Topology.Bootstrap(ctx, p.members, t.Shards); err != nil {
+	var err error
+	if p.restore != nil {
+		err = p.valkey.Topology.BootstrapSlots(ctx, p.members, t.Shards, p.restore.layout)
+	} else {
+		err = p.valkey.Topology.Bootstrap(ctx, p.members, t.Shards)
+	}
+	if err != nil {
 		p.raise(ReasonBootstrapFailed, "Bootstrap", "bootstrap failed: "+err.Error())
 		return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
 	}
@@ -388,7 +405,7 @@ func (r *Reconciler) activate(ctx context.Context, p *pass) *outcome {
 		return done(ctrl.Result{}, err)
 	}
 	if !p.formed {
-		t := p.target()
+		t := p.formingTarget()
 		r.event(p, nil, ReasonClusterFormed, "FormCluster", "Cluster formed: %d shards, %d replicas per shard, all 16384 slots assigned", t.Shards, t.ReplicasPerShard)
 	}
 	if err := r.setStatus(ctx, p, views.Status{State: views.StateActive}); err != nil {

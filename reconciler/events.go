@@ -22,9 +22,11 @@ const (
 	ReasonConnectFailed     = "ConnectFailed"
 	ReasonObserveFailed     = "ObserveFailed"
 	ReasonBootstrapFailed   = "BootstrapFailed"
-	// ReasonRestoreUnavailable: spec.restoreFrom asks for data this operator version cannot
-	// load yet (issue #25), so the cluster waits in Creating rather than form empty.
-	ReasonRestoreUnavailable = "RestoreUnavailable"
+	// ReasonRestoreRefused: spec.restoreFrom names a backup that cannot be restored into
+	// this cluster (missing, incomplete, too new for its Valkey); nothing is created.
+	ReasonRestoreRefused = "RestoreRefused"
+	// ReasonRestoreFailed: a shard's snapshot could not be fetched into its first pod.
+	ReasonRestoreFailed = "RestoreFailed"
 
 	// Warnings of the Active phase's topology.
 	ReasonTopologyStall = "TopologyStalled"
@@ -63,6 +65,9 @@ const (
 	ReasonVolumeCreated     = "VolumeCreated"
 	ReasonVolumeExpanding   = "VolumeExpanding"
 	ReasonNodeRestarted     = "NodeRestarted"
+	// ReasonRestoreShardLoaded: a restored cluster formed; one per shard, with the keys its
+	// primary holds against the backup's count.
+	ReasonRestoreShardLoaded = "RestoreShardLoaded"
 )
 
 // event records a Normal Event on the cluster. events.k8s.io folds Events with the same

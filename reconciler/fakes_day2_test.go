@@ -147,6 +147,15 @@ func (c *day2Cluster) serving(nodes []model.Node, step string) error {
 	return nil
 }
 
+// BootstrapSlots refuses a layout: no test of the day-2 fakes restores a backup (e2e does,
+// on real servers); without one it is Bootstrap.
+func (c *day2Cluster) BootstrapSlots(ctx context.Context, nodes []model.Node, shards int, layout [][]model.SlotRange) error {
+	if layout != nil {
+		return fmt.Errorf("fake: the day-2 fakes form only even ranges")
+	}
+	return c.Bootstrap(ctx, nodes, shards)
+}
+
 // Bootstrap forms the cluster, or joins new nodes to it: shard i's primary (chosen from the
 // live cluster, never by name) gets the unowned part of even range i, every pair of nodes
 // meets, and the others follow it. Refused: invalid shards, any node not answering, a shard

@@ -340,6 +340,12 @@ func (r *recordedPorts) Bootstrap(ctx context.Context, nodes []model.Node, shard
 	})
 }
 
+func (r *recordedPorts) BootstrapSlots(ctx context.Context, nodes []model.Node, shards int, layout [][]model.SlotRange) error {
+	return r.do(ctx, "Join", fmt.Sprintf("shards=%d nodes=%s layout=%v", shards, nodeNames(nodes), layout), "", func() error {
+		return r.c.BootstrapSlots(ctx, nodes, shards, layout)
+	})
+}
+
 func (r *recordedPorts) Settle(ctx context.Context, nodes []model.Node) error {
 	return r.do(ctx, "Settle", nodeNames(nodes), "", func() error { return r.c.Settle(ctx, nodes) })
 }

@@ -68,6 +68,11 @@ func (t *fakeTopology) Bootstrap(_ context.Context, nodes []model.Node, shards i
 	return nil
 }
 
+// BootstrapSlots is Bootstrap: the suite's fake keeps no slots.
+func (t *fakeTopology) BootstrapSlots(ctx context.Context, nodes []model.Node, shards int, _ [][]model.SlotRange) error {
+	return t.Bootstrap(ctx, nodes, shards)
+}
+
 // The day-2 calls are served by the day-2 fakes of TestActivePhase (fakes_day2_test.go), not
 // here: the suite's clusters converge and never need them, so any call is a write the tests
 // can see (and fail on).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/crds"
 	"github.com/gomomento/valkey-operator/internal/testcerts"
+	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/reconciler/render"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
@@ -227,10 +228,12 @@ func TestMissingReferencesBlockThenUnblock(t *testing.T) {
 	}
 }
 
-// TestRestoreIsHeldUntilSupported: a cluster created with spec.restoreFrom, which this
-// operator version cannot load yet, waits in Creating with a Warning naming its source and
-// never forms empty (no node, no pod).
-func TestRestoreIsHeldUntilSupported(t *testing.T) {
+// TestRestoreRefusedBeforeAnyNode: a cluster created with spec.restoreFrom whose backup
+// cannot be read (no such ValkeyBackup; a location whose credentials Secret is missing) waits
+// in Creating with a RestoreRefused Warning naming its source and why, and never forms empty
+// (no node, no pod). The restores that succeed, and a fetch refused by its checksum, are
+// e2e's (TestRestoreFromBackup): they need real servers and a real object store.
+func TestRestoreRefusedBeforeAnyNode(t *testing.T) {
 	t.Parallel()
 	storage := views.BackupStorage{Endpoint: "http://objects.example:8333", Bucket: "backups",
 		CredentialsSecret: views.SecretRef{Name: "s3"}}
@@ -239,8 +242,8 @@ func TestRestoreIsHeldUntilSupported(t *testing.T) {
 		source views.RestoreSource
 		names  string
 	}{
-		{"a ValkeyBackup", views.RestoreSource{Backup: "nightly-20261201000000"}, `ValkeyBackup "nightly-20261201000000"`},
-		{"a location", views.RestoreSource{Storage: storage, Path: "prod/cache/nightly"}, `the backup at "prod/cache/nightly"`},
+		{"a ValkeyBackup", views.RestoreSource{Backup: "nightly-20261201000000"}, `ValkeyBackup "nightly-20261201000000": it does not exist`},
+		{"a location", views.RestoreSource{Storage: storage, Path: "prod/cache/nightly"}, `the backup at "prod/cache/nightly": Secret "s3" not found`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -248,7 +251,7 @@ func TestRestoreIsHeldUntilSupported(t *testing.T) {
 			ns := newNamespace(t)
 			src := tc.source
 			key := createCluster(t, ns, "c", menu(t, ns, nil), clusterOpts{shards: 1, replicas: 1, restoreFrom: &src})
-			waitEvent(t, key, corev1.EventTypeWarning, "RestoreUnavailable", tc.names)
+			waitEvent(t, key, corev1.EventTypeWarning, reconciler.ReasonRestoreRefused, tc.names)
 			st := getCluster(t, key).Status()
 			assert.Equal(t, views.StateCreating, st.State)
 			assert.Empty(t, listNodes(t, key), "no node is made for an empty cluster")

@@ -13,6 +13,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,6 +50,11 @@ type ManagerConfig struct {
 	SkipNameValidation bool
 	// GracefulShutdownTimeout bounds how long running reconciles may take on stop (0 = default).
 	GracefulShutdownTimeout time.Duration
+	// RestoreImage is the image a restoring cluster's pods run to fetch their snapshot: the
+	// operator's own. Empty: read from the operator's pod (PodName in Namespace), if any.
+	RestoreImage string
+	// PodName is the operator's own pod, when it runs in one ($POD_NAME).
+	PodName string
 }
 
 // EventReporter is the reporting controller name on the operator's Events.
@@ -76,6 +82,11 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 		return nil, nil, err
 	}
 
+	if mc.RestoreImage == "" && mc.PodName != "" {
+		if mc.RestoreImage, err = ownImage(ctx, direct, mc.Namespace, mc.PodName); err != nil {
+			return nil, nil, err
+		}
+	}
 	if mc.LeaderElectionID == "" {
 		mc.LeaderElectionID = "valkey-operator-leader"
 	}
@@ -137,6 +148,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 		PollInterval:    mc.PollInterval,
 		ActivePeriod:    mc.ActivePeriod,
 		SlowStart:       mc.SlowStart,
+		RestoreImage:    mc.RestoreImage,
 	})
 	if err := r.setup(mgr, mc.SkipNameValidation); err != nil {
 		return nil, nil, fmt.Errorf("setting up controller: %w", err)
@@ -150,6 +162,20 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 	}
 	ctrl.LoggerFrom(ctx).Info("operator settings", "defaultZoneSpread", st.DefaultZoneSpread)
 	return mgr, r, nil
+}
+
+// ownImage is the image of the operator's own container (the pod's first): what a
+// restoring cluster's pods run to fetch their snapshot, so that the fetcher is always the
+// operator's version, whatever registry or tag an install uses.
+func ownImage(ctx context.Context, c client.Reader, namespace, pod string) (string, error) {
+	p := &corev1.Pod{}
+	if err := c.Get(ctx, types.NamespacedName{Namespace: namespace, Name: pod}, p); err != nil {
+		return "", fmt.Errorf("reading the operator's own pod %s/%s for its image: %w", namespace, pod, err)
+	}
+	if len(p.Spec.Containers) == 0 {
+		return "", fmt.Errorf("the operator's own pod %s/%s has no container", namespace, pod)
+	}
+	return p.Spec.Containers[0].Image, nil
 }
 
 // stripManagedFields drops managedFields from cached objects, often the larger part of a pod

@@ -44,6 +44,9 @@ type clusterMemory struct {
 	// move is the slot move running in the background (tasks.go). Lost on restart: the
 	// move's progress lives in Valkey, and the next pass resumes it.
 	move *task
+	// restore is the manifest of the backup a Creating cluster is restored from
+	// (restore.go). Lost on restart: read again from the object store.
+	restore *restoring
 }
 
 // with runs fn on key's entry under the lock, creating the entry if there is none.

@@ -116,6 +116,9 @@ type Options struct {
 	Random io.Reader
 	// Now is the clock for certificate expiry (nil = time.Now).
 	Now func() time.Time
+	// RestoreImage is the operator's image, which a restoring cluster's pods run to fetch
+	// their shard's snapshot (render.RestoreFetchContainer); empty refuses restores.
+	RestoreImage string
 }
 
 // Reconciler reconciles ValkeyClusters.
@@ -187,6 +190,11 @@ type pass struct {
 	members  []model.Node                             // the nodes whose pods are ready, as valkeyops sees them
 	valkey   *Servers                                 // the cluster's servers, once connected
 	seen     *observation                             // what this pass read of the servers (observe.go)
+	// restore is the backup a cluster created from one forms from (restore.go), nil
+	// otherwise and outside Creating; restoreGiven are the shards whose first node this
+	// pass created with the shard's snapshot.
+	restore      *restoring
+	restoreGiven map[int]bool
 	// nodesLoaded: load-members ran (nodes and members are this pass's).
 	nodesLoaded bool
 	// maintenance: the Kubernetes nodes running the pass's pods, true for those in
@@ -259,8 +267,8 @@ func (r *Reconciler) steps() []step {
 		{"report-rejected-settings", both, r.reportRejectedSettings},
 		{"report-unbound-claims", both, r.reportUnboundClaims},
 		{"pass-formed", creating, r.passFormed},
-		{"hold-restore", creating, r.holdRestore},
 		{"resolve-config", creating, r.resolveConfig},
+		{"prepare-restore", creating, r.prepareRestore},
 		{"ensure-pods", creating, r.ensurePods},
 		{"observe-forming", creating, r.observeForming},
 		{"plan-formation", creating, r.planForming},

@@ -95,6 +95,7 @@ func runSuite(m *testing.M) int {
 		ActivePeriod:    time.Second,
 		Valkey:          fake,
 		Metrics:         passes,
+		RestoreImage:    "valkey-operator:test",
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "manager:", err)

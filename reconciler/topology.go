@@ -17,6 +17,9 @@ import (
 type Topology interface {
 	// Bootstrap forms the cluster from nodes grouped by their Shard; idempotent.
 	Bootstrap(ctx context.Context, nodes []model.Node, shards int) error
+	// BootstrapSlots is Bootstrap with each shard's slot ranges given (a cluster restored
+	// from a backup forms with the ranges the backup recorded).
+	BootstrapSlots(ctx context.Context, nodes []model.Node, shards int, layout [][]model.SlotRange) error
 	// Settle puts nodes at their configured cluster-node-timeout with replica failover on,
 	// as Bootstrap leaves them when it returns.
 	Settle(ctx context.Context, nodes []model.Node) error

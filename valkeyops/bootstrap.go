@@ -28,9 +28,26 @@ const formTimeout = 60 * time.Second
 // joiningNodeTimeout when joining a formed one). However it ends (formed, failed, cancelled),
 // Bootstrap leaves every reachable node at its configured timeout (Node.NodeTimeoutMillis)
 // with replica failover allowed: see Settle.
-func (a *Admin) Bootstrap(ctx context.Context, nodes []model.Node, shards int) (err error) {
+func (a *Admin) Bootstrap(ctx context.Context, nodes []model.Node, shards int) error {
+	return a.BootstrapSlots(ctx, nodes, shards, nil)
+}
+
+// BootstrapSlots is Bootstrap with the slots each shard ends with given: layout[i] are shard
+// i's ranges (nil: the even ranges). A cluster restored from a backup forms with the ranges
+// the backup recorded: its primaries start owning the slots their keys hash to (a server
+// that loads data without a cluster configuration claims them), and only the rest of each
+// shard's ranges, the slots that held no key, are assigned here.
+func (a *Admin) BootstrapSlots(ctx context.Context, nodes []model.Node, shards int, layout [][]model.SlotRange) (err error) {
 	groups, err := groupShards(nodes, shards)
 	if err != nil {
+		return err
+	}
+	if layout == nil {
+		for _, r := range model.EvenRanges(shards) {
+			layout = append(layout, []model.SlotRange{r})
+		}
+	}
+	if err := checkLayout(layout, shards); err != nil {
 		return err
 	}
 	snap, err := a.Observe(ctx, nodes)
@@ -54,7 +71,7 @@ func (a *Admin) Bootstrap(ctx context.Context, nodes []model.Node, shards int) (
 		}
 		primaries[shard] = p
 	}
-	prep := a.preparation(snap, primaries)
+	prep := a.preparation(snap, primaries, layout)
 	if err := parallel(nodes, func(n model.Node) error {
 		_, err := a.multi(ctx, n, "prepare", prep[n.Name])
 		return err
@@ -131,7 +148,7 @@ func (a *Admin) waitServing(ctx context.Context, nodes []model.Node, step string
 // assigned before MEET so the ownership travels with the handshake, and in this first round
 // trip because a new primary's rejoin delay (see formingNodeTimeout) runs from the moment it
 // owns slots: the MEETs and replica attachments after it fit in that delay.
-func (a *Admin) preparation(snap *model.Snapshot, primaries []*model.NodeState) map[string][][]string {
+func (a *Admin) preparation(snap *model.Snapshot, primaries []*model.NodeState, layout [][]model.SlotRange) map[string][][]string {
 	cmds := map[string][][]string{}
 	var epoch uint64
 	for _, st := range snap.Nodes {
@@ -145,9 +162,9 @@ func (a *Admin) preparation(snap *model.Snapshot, primaries []*model.NodeState) 
 		cmds[n.Name] = append(cmds[n.Name], prepareFresh(n, epoch, forming)...)
 	}
 	owned := ownedSlots(snap)
-	for shard, r := range model.EvenRanges(len(primaries)) {
+	for shard, ranges := range layout {
 		var free []int
-		for s := r.Start; s <= r.End; s++ {
+		for _, s := range model.ExpandSlots(ranges) {
 			if !owned[s] {
 				free = append(free, s)
 			}
@@ -163,6 +180,29 @@ func (a *Admin) preparation(snap *model.Snapshot, primaries []*model.NodeState) 
 		cmds[p] = append(cmds[p], args)
 	}
 	return cmds
+}
+
+// checkLayout refuses a slot layout that does not give each of shards its ranges, or gives
+// a slot to two shards or outside 0-16383.
+func checkLayout(layout [][]model.SlotRange, shards int) error {
+	if len(layout) != shards {
+		return model.NewOpError("", "validate", fmt.Errorf("%w: a slot layout of %d shards for %d", model.ErrInvalidSpec, len(layout), shards))
+	}
+	owner := make([]int, model.SlotCount)
+	for shard, ranges := range layout {
+		for _, r := range ranges {
+			if r.Start < 0 || r.End >= model.SlotCount || r.Start > r.End {
+				return model.NewOpError("", "validate", fmt.Errorf("%w: shard %d: slot range %d-%d", model.ErrInvalidSpec, shard, r.Start, r.End))
+			}
+			for s := r.Start; s <= r.End; s++ {
+				if owner[s] != 0 {
+					return model.NewOpError("", "validate", fmt.Errorf("%w: slot %d given to shards %d and %d", model.ErrInvalidSpec, s, owner[s]-1, shard))
+				}
+				owner[s] = shard + 1
+			}
+		}
+	}
+	return nil
 }
 
 // groupShards validates nodes and groups them by shard index.

@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		activePeriod    = fs.Duration("active-period", reconciler.DefaultActivePeriod, "how often a converged Active cluster is observed without any event")
 		slowStart       = fs.Duration("slow-start", plan.SlowStart, "how long a new pod may take to turn ready before a TopologyStalled Warning Event says so")
 		shutdownTimeout = fs.Duration("shutdown-timeout", 30*time.Second, "how long to wait for reconciles to finish on stop")
+		restoreImage    = fs.String("restore-image", "", "the image a restoring cluster's pods run to fetch their backup (the operator's own; default: read from the operator's pod, $POD_NAME)")
 	)
 	config.RegisterFlags(fs)
 	zopts := zap.Options{}
@@ -98,6 +99,8 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		Metrics:          recorder,
 
 		GracefulShutdownTimeout: *shutdownTimeout,
+		RestoreImage:            *restoreImage,
+		PodName:                 os.Getenv("POD_NAME"),
 	})
 	if err != nil {
 		return err

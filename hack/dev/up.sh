@@ -164,6 +164,7 @@ KC
 		# shellcheck disable=SC2086
 		setsid bin/manager --kubeconfig="$kc" --namespace="$op_ns" --leader-elect=false \
 			--metrics-bind-address=127.0.0.1:18080 --health-probe-bind-address=127.0.0.1:18081 \
+			--restore-image="$image" \
 			${MANAGER_ARGS:-} >>"$state/logs/manager.log" 2>&1 </dev/null &
 		echo $! >"$state/pids/manager.pid"
 		echo "$manager_sum" >"$state/pids/manager.sum"

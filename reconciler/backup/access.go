@@ -5,7 +5,6 @@ package backup
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,45 +20,14 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
-// openStore builds the object store client from a storage spec and its Secrets. A missing
-// Secret or key is the user's to fix (msg); an API failure is err.
+// openStore builds the object store client from a storage spec and its Secrets (OpenStore).
 func (c *Controller) openStore(ctx context.Context, namespace string, s views.BackupStorage) (*objectstore.Store, string, error) {
-	creds, msg, err := c.secretKeys(ctx, namespace, s.CredentialsSecret.Name, "accessKey", "secretKey")
-	if err != nil || msg != "" {
-		return nil, msg, err
-	}
-	loc := objectstore.Location{Endpoint: s.Endpoint, Bucket: s.Bucket, Prefix: s.Prefix, Region: s.Region,
-		AccessKey: string(creds["accessKey"]), SecretKey: string(creds["secretKey"])}
-	if s.CASecret.Name != "" {
-		ca, msg, err := c.secretKeys(ctx, namespace, s.CASecret.Name, "ca.crt")
-		if err != nil || msg != "" {
-			return nil, msg, err
-		}
-		loc.CA = ca["ca.crt"]
-	}
-	store, err := objectstore.Open(loc)
-	if err != nil {
-		return nil, "object storage: " + err.Error(), nil
-	}
-	return store, "", nil
+	return OpenStore(ctx, c.reader, namespace, s)
 }
 
-// secretKeys reads keys of a user's Secret around the cache (the operator caches only its
-// own Secrets).
+// secretKeys reads keys of a user's Secret around the cache (SecretKeys).
 func (c *Controller) secretKeys(ctx context.Context, namespace, name string, keys ...string) (map[string][]byte, string, error) {
-	s := &corev1.Secret{}
-	if err := c.reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Sprintf("Secret %q not found in namespace %s", name, namespace), nil
-		}
-		return nil, "", err
-	}
-	for _, k := range keys {
-		if len(s.Data[k]) == 0 {
-			return nil, fmt.Sprintf("Secret %q has no key %q", name, k), nil
-		}
-	}
-	return s.Data, "", nil
+	return SecretKeys(ctx, c.reader, namespace, name, keys...)
 }
 
 // operatorCredentials is how the operator logs in to the cluster's servers now: the

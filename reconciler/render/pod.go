@@ -363,6 +363,9 @@ func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string
 	if s.Exporter {
 		addExporter(pod, s)
 	}
+	if s.Restore != nil {
+		addRestoreFetch(pod, s)
+	}
 	return pod
 }
 

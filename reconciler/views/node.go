@@ -44,6 +44,29 @@ type NodeSpec struct {
 	// volume and were made before persistence existed.
 	Persistence Persistence `json:"persistence,omitzero"`
 	SpecHash    string      `json:"specHash,omitempty"`
+	// Restore is the backup object the node's server starts from: set on the first node of
+	// each shard of a cluster created from a backup (spec.restoreFrom), nil otherwise.
+	Restore *NodeRestore `json:"restore,omitempty"`
+}
+
+// NodeRestore is spec.restore of a ValkeyNode: where a restoring shard's snapshot is and
+// what the backup recorded of it. It is fixed with the rest of the spec, so a pod made again
+// for the node before it ever served (its first pod failed) fetches the same object.
+type NodeRestore struct {
+	Endpoint          string   `json:"endpoint"`
+	Bucket            string   `json:"bucket"`
+	Region            string   `json:"region,omitempty"`
+	CredentialsSecret string   `json:"credentialsSecretRef,omitempty"`
+	CASecret          string   `json:"caSecretRef,omitempty"`
+	Object            string   `json:"object"`
+	SHA256            string   `json:"sha256"`
+	Bytes             int64    `json:"bytes,omitempty"`
+	RDBVersion        int      `json:"rdbVersion,omitempty"`
+	Keys              int64    `json:"keys,omitempty"`
+	Slots             []string `json:"slots,omitempty"`
+	// FetcherImage is the operator's image, whose restore-fetch command the init container
+	// runs.
+	FetcherImage string `json:"fetcherImage"`
 }
 
 // nodeSpec is the stored spec: NodeSpec's flat fields plus spec.tls.

@@ -113,3 +113,22 @@ func OwnsAny(rs []SlotRange, slots []int) bool {
 	}
 	return false
 }
+
+// ParseRanges reads ranges as SlotRange.String writes them ("0-5460", "10923"): a backup's
+// manifest records a shard's slots this way.
+func ParseRanges(ss []string) ([]SlotRange, error) {
+	out := make([]SlotRange, 0, len(ss))
+	for _, s := range ss {
+		lo, hi, found := strings.Cut(s, "-")
+		if !found {
+			hi = lo
+		}
+		start, err1 := strconv.Atoi(lo)
+		end, err2 := strconv.Atoi(hi)
+		if err1 != nil || err2 != nil || start < 0 || end >= SlotCount || start > end {
+			return nil, fmt.Errorf("%q is not a slot range (N or N-M, within 0-%d)", s, SlotCount-1)
+		}
+		out = append(out, SlotRange{start, end})
+	}
+	return out, nil
+}

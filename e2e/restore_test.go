@@ -1,0 +1,261 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+	"github.com/valkey-io/valkey-go"
+
+	"github.com/gomomento/valkey-operator/internal/loadgen"
+	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/reconciler/backup"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
+)
+
+// applyRestoredCluster applies a ValkeyCluster of shards x replicas created from source, the
+// YAML of spec.restoreFrom (indented under it).
+func (n *ns) applyRestoredCluster(name string, shards, replicas int, source string) {
+	n.t.Helper()
+	n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: %d\n  replicasPerShard: %d\n  restoreFrom:\n%s",
+		name, exampleConfig, shards, replicas, source), "apply", "-f", "-")
+}
+
+// primarySlots is the slot ranges each primary of the cluster serves, as CLUSTER SLOTS reports
+// them, one sorted list of "N-M" per primary, the lists sorted.
+func primarySlots(t *testing.T, c valkey.Client) [][]string {
+	t.Helper()
+	ctx, cancel := ctxTimeout(10 * time.Second)
+	defer cancel()
+	entries, err := c.Do(ctx, c.B().ClusterSlots().Build()).ToArray()
+	require.NoError(t, err)
+	byPrimary := map[string][]model.SlotRange{}
+	for _, e := range entries {
+		f, err := e.ToArray()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(f), 3)
+		start, err := f[0].AsInt64()
+		require.NoError(t, err)
+		end, err := f[1].AsInt64()
+		require.NoError(t, err)
+		primary, err := f[2].ToArray()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, len(primary), 3)
+		id, err := primary[2].ToString()
+		require.NoError(t, err)
+		byPrimary[id] = append(byPrimary[id], model.SlotRange{Start: int(start), End: int(end)})
+	}
+	var out [][]string
+	for _, ranges := range byPrimary {
+		out = append(out, rangeStrings(model.CompactSlots(model.ExpandSlots(ranges))))
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.Join(out[i], " ") < strings.Join(out[j], " ") })
+	return out
+}
+
+func rangeStrings(rs []model.SlotRange) []string {
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = r.String()
+	}
+	return out
+}
+
+// hashValue is the content of the test's hash h:<i>.
+func hashValue(i int) map[string]string {
+	return map[string]string{"a": "x" + strconv.Itoa(i), "b": strings.Repeat("y", i%50)}
+}
+
+// TestRestoreFromBackup: a 3x1 cluster holding 100,000 strings and 1,000 hashes, serving a
+// writer, is backed up; the cluster is deleted; two clusters are created from the backup at
+// once, one with the same shard count and one with 2 shards. Each turns Active only with its
+// data loaded: every pre-loaded key byte-identical and every write acknowledged before the
+// backup's startedAt present. The same-count one serves exactly the slot ranges the backup
+// recorded, with one RestoreShardLoaded Event per shard; the 2-shard one ends balanced. A
+// backup that does not exist, and one whose object differs from its manifest's checksum, are
+// refused with their messages while the cluster waits in Creating.
+func TestRestoreFromBackup(t *testing.T) {
+	n := newNamespace(t, "e2e-restore")
+	const src = "src"
+	n.formCluster(src, exampleConfig, 3, 1)
+	c := newClusterClient(t, addrsOf(n.podIPs(src)), n.secretValue(src+"-auth", "password"), nil)
+	ctx, cancel := ctxTimeout(5 * time.Minute)
+	defer cancel()
+	const strings100k, hashes = 100000, 1000
+	start := time.Now()
+	require.NoError(t, loadgen.Fill(ctx, c, "pre:", strings100k, 5000, nil))
+	var cmds valkey.Commands
+	for i := range hashes {
+		h := hashValue(i)
+		cmds = append(cmds, c.B().Hset().Key("h:"+strconv.Itoa(i)).FieldValue().FieldValue("a", h["a"]).FieldValue("b", h["b"]).Build())
+	}
+	for _, r := range c.DoMulti(ctx, cmds...) {
+		require.NoError(t, r.Error())
+	}
+	t.Logf("e2e: %d strings and %d hashes loaded in %.1fs", strings100k, hashes, time.Since(start).Seconds())
+	w := loadgen.Start(c, loadgen.Options{Prefix: "live:", Pace: time.Millisecond, Record: true})
+	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
+		return w.Acked() >= 200, fmt.Sprintf("%d acknowledged", w.Acked()), nil
+	})
+
+	store, err := suite.env.ObjectStore(ctx)
+	require.NoError(t, err)
+	cl, err := store.Client()
+	require.NoError(t, err)
+	n.kubectl("create", "secret", "generic", "s3", "--from-literal=accessKey="+store.AccessKey, "--from-literal=secretKey="+store.SecretKey)
+	prefix := "e2e/" + n.name
+	start = time.Now()
+	n.applyBackup("snap", src, store.Endpoint, store.Bucket, prefix, "s3")
+	bk := n.waitBackup("snap", "Completed", 3*time.Minute)
+	t.Logf("e2e: backup Completed %.1fs after kubectl apply (%d bytes)", time.Since(start).Seconds(), bk.Get("status.bytes").Int())
+	res := w.Stop()
+	startedAt, err := time.Parse(time.RFC3339, bk.Get("status.startedAt").String())
+	require.NoError(t, err)
+	var before []int
+	for i, o := range res.Outcomes {
+		if o.Acked && o.End.Before(startedAt) {
+			before = append(before, i)
+		}
+	}
+	require.NotEmpty(t, before, "the writer was acknowledged before the backup started")
+	var recorded [][]string
+	for _, s := range bk.Get("status.shards").Array() {
+		var slots []string
+		for _, r := range s.Get("slots").Array() {
+			slots = append(slots, r.String())
+		}
+		recorded = append(recorded, slots)
+	}
+	sort.Slice(recorded, func(i, j int) bool { return strings.Join(recorded[i], " ") < strings.Join(recorded[j], " ") })
+	assert.Equal(t, recorded, primarySlots(t, c), "the backup recorded the slots the source served")
+
+	// The source goes; its backup stays.
+	n.kubectl("delete", "valkeycluster", src, "--wait=true")
+	assert.Equal(t, "Completed", gjson.Get(n.kubectl("get", "vkb", "snap", "-o", "json"), "status.phase").String())
+
+	// Two clusters from the backup at once: the same shard count, and 2 shards.
+	start = time.Now()
+	n.applyRestoredCluster("same", 3, 1, "    backup: snap\n")
+	n.applyRestoredCluster("fewer", 2, 1, "    backup: snap\n")
+	sameWatch, fewerWatch := n.watchState("same"), n.watchState("fewer")
+	verify := func(cluster string) valkey.Client {
+		t.Helper()
+		rc := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
+		vctx, vcancel := ctxTimeout(2 * time.Minute)
+		defer vcancel()
+		missing, first := loadgen.Missing(vctx, rc, "pre:", seq(strings100k))
+		assert.Zero(t, missing, "%s: pre-loaded strings missing or different; first: %v", cluster, first)
+		missing, first = loadgen.Missing(vctx, rc, "live:", before)
+		assert.Zero(t, missing, "%s: of %d writes acknowledged before the backup started, missing; first: %v", cluster, len(before), first)
+		var hcmds valkey.Commands
+		for i := range hashes {
+			hcmds = append(hcmds, rc.B().Hgetall().Key("h:"+strconv.Itoa(i)).Build())
+		}
+		differ := 0
+		for i, r := range rc.DoMulti(vctx, hcmds...) {
+			if got, err := r.AsStrMap(); err != nil || !maps.Equal(got, hashValue(i)) {
+				differ++
+			}
+		}
+		assert.Zero(t, differ, "%s: hashes missing or different", cluster)
+		return rc
+	}
+
+	n.waitState("same", "Active", 4*time.Minute)
+	t.Logf("e2e: restore into 3 shards Active %.1fs after kubectl apply", time.Since(start).Seconds())
+	same := verify("same")
+	assert.Equal(t, recorded, primarySlots(t, same), "the restored cluster serves the slot ranges the backup recorded")
+	loaded := n.kubectl("get", "events", "--field-selector", "involvedObject.name=same,reason="+reconciler.ReasonRestoreShardLoaded, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+	assert.Equal(t, 3, strings.Count(loaded, "restored on"), "one RestoreShardLoaded Event per shard: %s", loaded)
+	assert.Subset(t, []string{"", "Creating", "Active"}, sameWatch.states(), "a restore reports Creating, then Active once loaded")
+
+	n.waitState("fewer", "Active", 4*time.Minute)
+	n.waitConverged("fewer", 4, 4*time.Minute)
+	t.Logf("e2e: restore into 2 shards converged %.1fs after kubectl apply", time.Since(start).Seconds())
+	fewer := verify("fewer")
+	slots := primarySlots(t, fewer)
+	require.Len(t, slots, 2, "two primaries serve the slots")
+	for _, s := range slots {
+		ranges, err := model.ParseRanges(s)
+		require.NoError(t, err)
+		assert.InDelta(t, model.SlotCount/2, model.CountSlots(ranges), 1, "balanced: %v", slots)
+	}
+	assert.Subset(t, []string{"", "Creating", "Active"}, fewerWatch.states())
+
+	// Bad input: a backup that does not exist, and one whose object differs from its
+	// manifest. Each waits in Creating with its message.
+	n.applyRestoredCluster("nobackup", 1, 0, "    backup: nope\n")
+	n.waitWarning(reconciler.ReasonRestoreRefused, `ValkeyBackup "nope": it does not exist`, time.Minute)
+	nodes, err := n.valkeyNodes("nobackup")
+	require.NoError(t, err)
+	assert.Empty(t, nodes, "nothing is created for a backup that cannot be restored")
+
+	corruptPath := n.corruptCopy(cl, store.Bucket, prefix, bk.Get("status.path").String(), "corrupt")
+	n.applyRestoredCluster("corrupt", 3, 0, fmt.Sprintf("    storage:\n      endpoint: %s\n      bucket: %s\n      prefix: %s\n      credentialsSecretRef:\n        name: s3\n    path: %s\n",
+		store.Endpoint, store.Bucket, prefix, corruptPath))
+	msg := n.waitWarning(reconciler.ReasonRestoreFailed, "SHA-256", 2*time.Minute)
+	assert.Contains(t, msg, "shard 0")
+	assert.NotContains(t, msg, store.SecretKey)
+	for _, name := range []string{"nobackup", "corrupt"} {
+		st, _, err := n.state(name)
+		require.NoError(t, err)
+		assert.Equal(t, "Creating", st, name)
+	}
+}
+
+// corruptCopy copies the backup at path (under prefix) to {prefix}/{dir}/, its shard 0
+// object with one byte changed (same size) and its manifest naming the copies, and returns
+// the copy's path.
+func (n *ns) corruptCopy(cl *minio.Client, bucket, prefix, path, dir string) string {
+	t := n.t
+	t.Helper()
+	ctx, cancel := ctxTimeout(time.Minute)
+	defer cancel()
+	read := func(key string) []byte {
+		o, err := cl.GetObject(ctx, bucket, key, minio.GetObjectOptions{})
+		require.NoError(t, err)
+		defer o.Close()
+		b, err := io.ReadAll(o)
+		require.NoError(t, err)
+		return b
+	}
+	m, err := backup.DecodeManifest(read(prefix + "/" + path + "/" + backup.ManifestName))
+	require.NoError(t, err)
+	copyPath := n.name + "/" + dir
+	for i, s := range m.Shards {
+		b := read(s.Object)
+		if i == 0 {
+			b[len(b)/2] ^= 0xff
+		}
+		key := prefix + "/" + copyPath + "/" + fmt.Sprintf("shard-%d.rdb", i)
+		_, err := cl.PutObject(ctx, bucket, key, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{})
+		require.NoError(t, err)
+		m.Shards[i].Object = key
+	}
+	b, err := json.Marshal(m)
+	require.NoError(t, err)
+	_, err = cl.PutObject(ctx, bucket, prefix+"/"+copyPath+"/"+backup.ManifestName, bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{})
+	require.NoError(t, err)
+	return copyPath
+}
+
+func seq(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
