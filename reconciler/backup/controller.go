@@ -6,9 +6,11 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +38,18 @@ const (
 	ReasonCompleted     = "BackupCompleted"
 	ReasonFailed        = "BackupFailed"
 	ReasonFromPrimary   = "BackupFromPrimary"
+	// ReasonSourceSwitched: a shard's stream failed and is taken again from its next copy.
+	ReasonSourceSwitched = "BackupSourceSwitched"
+)
+
+// Defaults of Options.
+const (
+	DefaultTransfers = 2
+	// DefaultTimeout bounds a backup's Running phase (--backup-timeout).
+	DefaultTimeout = 6 * time.Hour
+	// DefaultProgressEvery is how often, at most, a running backup's status is written with
+	// the bytes its shards have streamed so far (see progressDue).
+	DefaultProgressEvery = 5 * time.Second
 )
 
 // Options tune the controller.
@@ -46,6 +60,12 @@ type Options struct {
 	Recorder events.EventRecorder
 	// Metrics receives each cluster's completed backups (nil = none).
 	Metrics Metrics
+	// Timeout fails a backup still Running this long after its status.startedAt, so it
+	// holds across operator restarts (default DefaultTimeout).
+	Timeout time.Duration
+	// ProgressEvery spaces the status writes that show a running backup's bytes (default
+	// DefaultProgressEvery).
+	ProgressEvery time.Duration
 }
 
 // Metrics is what the controller reports: when a cluster's latest backup completed. Every
@@ -72,7 +92,13 @@ type Controller struct {
 // Setup registers the controller and the backup scheduler with mgr; transfers run under ctx.
 func Setup(ctx context.Context, mgr ctrl.Manager, opts Options, skipNameValidation bool) error {
 	if opts.Transfers <= 0 {
-		opts.Transfers = 2
+		opts.Transfers = DefaultTransfers
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	if opts.ProgressEvery <= 0 {
+		opts.ProgressEvery = DefaultProgressEvery
 	}
 	c := &Controller{
 		client: mgr.GetClient(), reader: mgr.GetAPIReader(), opts: opts,
@@ -127,7 +153,30 @@ type job struct {
 	path    string
 	creds   valkeyops.Credentials // the backup user's
 	sources []shardSource
-	status  views.BackupStatus
+
+	mu     sync.Mutex         // guards status and lastWrite: the shards' goroutines and the progress writer share them
+	status views.BackupStatus // as last written
+	// lastWrite is when the transfer last wrote the status (progressDue spaces writes from it).
+	lastWrite time.Time
+	// streamed counts, per shard index, the bytes the current attempt has streamed so far.
+	streamed map[int]*atomic.Int64
+}
+
+// errTimedOut is the cause of a transfer's context ending at the backup's deadline.
+var errTimedOut = errors.New("backup timed out")
+
+// deadline is when a backup started at startedAt (RFC 3339) must be done.
+func deadline(startedAt string, timeout time.Duration) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339, startedAt)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("status.startedAt %q: %w", startedAt, err)
+	}
+	return t.Add(timeout), nil
+}
+
+// timeoutMessage is a timed-out backup's status message.
+func timeoutMessage(timeout time.Duration, startedAt string) string {
+	return fmt.Sprintf("the backup was still running %s after it started at %s (the operator's --backup-timeout): its transfers were cancelled and its incomplete uploads aborted", timeout, startedAt)
 }
 
 // start checks what a backup needs before any server is touched, plans its shards, records
@@ -159,6 +208,17 @@ func (c *Controller) start(ctx context.Context, b views.Backup) error {
 	if err != nil {
 		return c.fail(ctx, b, "object storage: "+err.Error())
 	}
+	path := strings.Join([]string{key.Namespace, spec.Cluster, key.Name}, "/")
+	var due time.Time
+	if st.Phase == views.BackupRunning {
+		// Resumed after a restart: the timeout counts from when the backup first started.
+		if due, err = deadline(st.StartedAt, c.opts.Timeout); err == nil && !time.Now().Before(due) {
+			abortCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_ = store.AbortIncomplete(abortCtx, path+"/")
+			cancel()
+			return c.fail(ctx, b, timeoutMessage(c.opts.Timeout, st.StartedAt))
+		}
+	}
 	opCreds, msg, err := c.operatorCredentials(ctx, cluster)
 	if err != nil || msg != "" {
 		if msg != "" {
@@ -175,10 +235,9 @@ func (c *Controller) start(ctx context.Context, b views.Backup) error {
 		return c.fail(ctx, b, "choosing the shards' sources: "+err.Error())
 	}
 
-	path := strings.Join([]string{key.Namespace, spec.Cluster, key.Name}, "/")
 	next := views.BackupStatus{Phase: views.BackupRunning, StartedAt: st.StartedAt, Path: path}
-	if next.StartedAt == "" {
-		next.StartedAt = time.Now().UTC().Format(time.RFC3339)
+	if _, err := time.Parse(time.RFC3339, next.StartedAt); err != nil {
+		next.StartedAt = time.Now().UTC().Format(time.RFC3339) // Pending (none yet)
 	}
 	done := map[int]views.BackupShard{}
 	for _, s := range st.Shards {
@@ -192,11 +251,11 @@ func (c *Controller) start(ctx context.Context, b views.Backup) error {
 			continue
 		}
 		next.Shards = append(next.Shards, views.BackupShard{
-			Index: src.Index, Node: src.Source.Name, Slots: rangeStrings(src.Slots),
+			Index: src.Index, Node: src.Source().Name, Slots: rangeStrings(src.Slots),
 			Object: store.Key(path, fmt.Sprintf("shard-%d.rdb", src.Index)),
 		})
 	}
-	next.Message = fmt.Sprintf("0 of %d shards uploaded", len(sources))
+	next.Message = progressMessage(0, len(sources))
 	if len(done) > 0 {
 		next.Message = fmt.Sprintf("resumed: %d of %d shards uploaded", len(done), len(sources))
 	}
@@ -206,7 +265,7 @@ func (c *Controller) start(ctx context.Context, b views.Backup) error {
 	c.event(b, corev1.EventTypeNormal, ReasonStarted, "Start", "backing up %d shards of %s to %s", len(sources), spec.Cluster, path)
 	for _, src := range sources {
 		if src.FromPrimary {
-			c.event(b, corev1.EventTypeNormal, ReasonFromPrimary, "ChooseSource", "shard %d has no in-sync replica: its primary %s forks for the snapshot", src.Index, src.Source.Name)
+			c.event(b, corev1.EventTypeNormal, ReasonFromPrimary, "ChooseSource", "shard %d has no in-sync replica: its primary %s forks for the snapshot", src.Index, src.Source().Name)
 		}
 	}
 	creds := opCreds
@@ -217,8 +276,14 @@ func (c *Controller) start(ctx context.Context, b views.Backup) error {
 			todo = append(todo, src)
 		}
 	}
-	j := &job{key: key, cluster: spec.Cluster, store: store, path: path, creds: creds, sources: todo, status: next}
-	runCtx, stop := context.WithCancel(c.ctx)
+	j := &job{key: key, cluster: spec.Cluster, store: store, path: path, creds: creds, sources: todo, status: next, lastWrite: time.Now(), streamed: map[int]*atomic.Int64{}}
+	for _, src := range todo {
+		j.streamed[src.Index] = &atomic.Int64{}
+	}
+	if due, err = deadline(next.StartedAt, c.opts.Timeout); err != nil {
+		return err // written by this operator a moment ago: cannot happen
+	}
+	runCtx, stop := context.WithDeadlineCause(c.ctx, due, errTimedOut)
 	c.mu.Lock()
 	c.running[key] = stop
 	c.mu.Unlock()

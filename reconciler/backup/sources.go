@@ -24,18 +24,23 @@ func (m member) node(port int) model.Node {
 // shardSource is where one shard's snapshot comes from, and which slots it holds.
 type shardSource struct {
 	Index int
-	// Source is the member to stream from: an in-sync replica when the shard has one.
-	Source member
+	// Candidates are the members the snapshot may be streamed from, best first: the shard's
+	// in-sync replicas, the most caught up first, then its primary. A stream that fails
+	// (the source died, lost its primary, reset the connection) is retried from the next.
+	Candidates []member
 	// FromPrimary: no in-sync replica, so the primary forks for the snapshot.
 	FromPrimary bool
 	Slots       []model.SlotRange
 }
 
-// chooseSources picks, for every shard that owns slots, the member to snapshot: the in-sync
-// replica (link up, initial sync done, not loading) closest to its primary's offset, so the
-// primary does not fork; the primary itself only when no replica qualifies. A shard whose
-// primary cannot be seen, or a slot owned by no observed primary, is an error: a backup
-// must hold every slot's data or be no backup.
+// Source is the member a shard is streamed from first.
+func (s shardSource) Source() member { return s.Candidates[0] }
+
+// chooseSources lists, for every shard that owns slots, the members to snapshot in order:
+// the in-sync replicas (link up, initial sync done, not loading), the closest to their
+// primary's offset first, so the primary does not fork; the primary itself last, and first
+// only when no replica qualifies. A shard whose primary cannot be seen, or a slot owned by
+// no observed primary, is an error: a backup must hold every slot's data or be no backup.
 func chooseSources(members []member, snap *model.Snapshot) ([]shardSource, error) {
 	byName := map[string]member{}
 	for _, m := range members {
@@ -56,21 +61,26 @@ func chooseSources(members []member, snap *model.Snapshot) ([]shardSource, error
 	var out []shardSource
 	owned := 0
 	for shard, p := range primaries {
-		src := shardSource{Index: shard, Source: byName[p.Name], FromPrimary: true, Slots: p.Slots}
-		var best *model.NodeState
+		var replicas []*model.NodeState
 		for i := range snap.Nodes {
 			r := &snap.Nodes[i]
 			if _, ok := byName[r.Name]; !ok || !r.Reachable || r.Role != model.RoleReplica || r.PrimaryID != p.ID ||
 				!r.LinkedToPrimary() || r.SyncInProgress || r.Loading {
 				continue
 			}
-			if best == nil || r.ReplOffset > best.ReplOffset || (r.ReplOffset == best.ReplOffset && r.Name < best.Name) {
-				best = r
+			replicas = append(replicas, r)
+		}
+		sort.Slice(replicas, func(i, j int) bool {
+			if replicas[i].ReplOffset != replicas[j].ReplOffset {
+				return replicas[i].ReplOffset > replicas[j].ReplOffset
 			}
+			return replicas[i].Name < replicas[j].Name
+		})
+		src := shardSource{Index: shard, FromPrimary: len(replicas) == 0, Slots: p.Slots}
+		for _, r := range replicas {
+			src.Candidates = append(src.Candidates, byName[r.Name])
 		}
-		if best != nil {
-			src.Source, src.FromPrimary = byName[best.Name], false
-		}
+		src.Candidates = append(src.Candidates, byName[p.Name])
 		owned += model.CountSlots(p.Slots)
 		out = append(out, src)
 	}

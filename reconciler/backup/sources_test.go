@@ -11,7 +11,9 @@ import (
 )
 
 // TestChooseSources: each shard is snapshotted from its most caught-up in-sync replica, and
-// from its primary only when no replica qualifies; a backup that would miss slots is refused.
+// from its primary only when no replica qualifies; a failed stream is retried from the next
+// in-sync replica, then the primary, never from a replica that is not in sync; a backup that
+// would miss slots is refused.
 func TestChooseSources(t *testing.T) {
 	members := []member{
 		{"p0", 0, "10.0.0.1"}, {"r0a", 0, "10.0.0.2"}, {"r0b", 0, "10.0.0.3"},
@@ -37,24 +39,29 @@ func TestChooseSources(t *testing.T) {
 	tests := []struct {
 		name    string
 		nodes   []model.NodeState
-		want    map[int]string // shard -> source
+		want    map[int][]string // shard -> candidates, in the order they are tried
 		primary map[int]bool
 		err     string
 	}{
 		{
 			name:  "the most caught-up in-sync replica",
 			nodes: []model.NodeState{primary("p0", "a", lower), replica("r0a", "a", 90), replica("r0b", "a", 100), primary("p1", "b", upper), replica("r1", "b", 5)},
-			want:  map[int]string{0: "r0b", 1: "r1"},
+			want:  map[int][]string{0: {"r0b", "r0a", "p0"}, 1: {"r1", "p1"}},
 		},
 		{
 			name:  "replicas still syncing, linked down or loading do not qualify",
 			nodes: []model.NodeState{primary("p0", "a", lower), replica("r0a", "a", 90, syncing), replica("r0b", "a", 100, down), primary("p1", "b", upper), replica("r1", "b", 5, loading)},
-			want:  map[int]string{0: "p0", 1: "p1"}, primary: map[int]bool{0: true, 1: true},
+			want:  map[int][]string{0: {"p0"}, 1: {"p1"}}, primary: map[int]bool{0: true, 1: true},
 		},
 		{
 			name:  "a replica of another primary is not this shard's",
 			nodes: []model.NodeState{primary("p0", "a", lower), replica("r0a", "b", 90), primary("p1", "b", upper)},
-			want:  map[int]string{0: "p0", 1: "r0a"}, primary: map[int]bool{0: true},
+			want:  map[int][]string{0: {"p0"}, 1: {"r0a", "p1"}}, primary: map[int]bool{0: true},
+		},
+		{
+			name:  "equally caught up: by name; one syncing replica skipped",
+			nodes: []model.NodeState{primary("p0", "a", lower), replica("r0b", "a", 100), replica("r0a", "a", 100), primary("p1", "b", upper), replica("r1", "b", 5, syncing)},
+			want:  map[int][]string{0: {"r0a", "r0b", "p0"}, 1: {"p1"}}, primary: map[int]bool{1: true},
 		},
 		{
 			name:  "slots no reachable primary owns",
@@ -76,10 +83,13 @@ func TestChooseSources(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			sources := map[int]string{}
+			sources := map[int][]string{}
 			for i, s := range got {
 				assert.Equal(t, i, s.Index, "in shard order")
-				sources[s.Index] = s.Source.Name
+				for _, m := range s.Candidates {
+					sources[s.Index] = append(sources[s.Index], m.Name)
+				}
+				assert.Equal(t, s.Candidates[0], s.Source())
 				assert.Equal(t, tc.primary[s.Index], s.FromPrimary, "shard %d from its primary", s.Index)
 			}
 			assert.Equal(t, tc.want, sources)
