@@ -55,6 +55,10 @@ type ManagerConfig struct {
 	RestoreImage string
 	// PodName is the operator's own pod, when it runs in one ($POD_NAME).
 	PodName string
+	// BackupTransfers bounds the shard transfers of backups running at once (0 = backup.DefaultTransfers).
+	BackupTransfers int
+	// BackupTimeout fails a backup Running longer than this (0 = backup.DefaultTimeout).
+	BackupTimeout time.Duration
 }
 
 // EventReporter is the reporting controller name on the operator's Events.
@@ -153,7 +157,7 @@ func NewManager(ctx context.Context, cfg *rest.Config, mc ManagerConfig) (ctrl.M
 	if err := r.setup(mgr, mc.SkipNameValidation); err != nil {
 		return nil, nil, fmt.Errorf("setting up controller: %w", err)
 	}
-	bopts := backup.Options{Recorder: mgr.GetEventRecorder(EventReporter)}
+	bopts := backup.Options{Recorder: mgr.GetEventRecorder(EventReporter), Transfers: mc.BackupTransfers, Timeout: mc.BackupTimeout}
 	if m, ok := mc.Metrics.(backup.Metrics); ok {
 		bopts.Metrics = m
 	}

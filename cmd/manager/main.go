@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/reconciler"
+	"github.com/gomomento/valkey-operator/reconciler/backup"
 	"github.com/gomomento/valkey-operator/reconciler/metrics"
 	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/valkeyops"
@@ -61,6 +62,8 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		slowStart       = fs.Duration("slow-start", plan.SlowStart, "how long a new pod may take to turn ready before a TopologyStalled Warning Event says so")
 		shutdownTimeout = fs.Duration("shutdown-timeout", 30*time.Second, "how long to wait for reconciles to finish on stop")
 		restoreImage    = fs.String("restore-image", "", "the image a restoring cluster's pods run to fetch their backup (the operator's own; default: read from the operator's pod, $POD_NAME)")
+		backupTransfers = fs.Int("backup-transfers", backup.DefaultTransfers, "how many shard snapshots this operator streams to object storage at once, across all backups")
+		backupTimeout   = fs.Duration("backup-timeout", backup.DefaultTimeout, "how long a ValkeyBackup may run, counted from its status.startedAt, before it fails")
 	)
 	config.RegisterFlags(fs)
 	zopts := zap.Options{}
@@ -101,6 +104,8 @@ func run(ctx context.Context, args []string, getConfig func() (*rest.Config, err
 		GracefulShutdownTimeout: *shutdownTimeout,
 		RestoreImage:            *restoreImage,
 		PodName:                 os.Getenv("POD_NAME"),
+		BackupTransfers:         *backupTransfers,
+		BackupTimeout:           *backupTimeout,
 	})
 	if err != nil {
 		return err
