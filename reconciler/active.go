@@ -109,6 +109,7 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 	case out.err != nil:
 		return out
 	}
+	o.BackupRunning = r.runningBackup(ctx, p)
 	r.markInSync(ctx, p, o)
 	a := plan.Next(o)
 	return r.act(ctx, p, a)
@@ -171,6 +172,12 @@ func (r *Reconciler) act(ctx context.Context, p *pass, a plan.Action) *outcome {
 		p.settle(ReasonStranger) // a stranger met again is reported again
 		return done(ctrl.Result{RequeueAfter: r.opts.ActivePeriod}, nil)
 	case plan.Wait:
+		if a.Held {
+			// Held for a backup: its end is a watch event (backuphold.go), and the servers
+			// are observed again at the usual pace meanwhile for anything else.
+			p.log.V(1).Info("waiting", "reason", a.Reason)
+			return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)
+		}
 		if a.Warning {
 			p.raise(ReasonTopologyStall, "Wait", a.Reason)
 			return done(ctrl.Result{RequeueAfter: r.opts.RecheckInterval}, nil)

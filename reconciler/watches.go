@@ -60,6 +60,8 @@ func (r *Reconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error {
 		Watches(views.NewConfigObject(), handler.EnqueueRequestsFromMapFunc(r.configToClusters)).
 		Watches(views.NewImageObject(), handler.EnqueueRequestsFromMapFunc(r.imageToClusters)).
 		Watches(views.NewRoleObject(), handler.EnqueueRequestsFromMapFunc(r.roleToClusters)).
+		// A backup starting or ending holds or releases the cluster's slot moves (backuphold.go).
+		Watches(views.NewBackupObject(), handler.EnqueueRequestsFromMapFunc(backupToCluster), builder.WithPredicates(backupPhaseChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4, SkipNameValidation: ptr.To(skipNameValidation)}).
 		Complete(r)
 }

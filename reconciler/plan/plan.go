@@ -89,6 +89,10 @@ type Observed struct {
 	// Forming: the cluster is being formed (Creating), Shards and Replicas are its targetSpec
 	// snapshot, and only the forming rules apply (forming.go).
 	Forming bool
+	// BackupRunning names a ValkeyBackup of the cluster that is streaming its shards'
+	// snapshots ("" when none). No slot moves while it runs: a slot moved between two shards
+	// snapshotted at different moments would have its keys in both objects, or in neither.
+	BackupRunning string
 }
 
 // Kind names an action.
@@ -135,6 +139,9 @@ type Action struct {
 	Reason string            // why, for the Event and the log
 	// Warning marks a Wait that needs the user (e.g. an unschedulable pod).
 	Warning bool
+	// Held marks a Wait on something outside the servers (slot moves held while a backup
+	// streams): nothing changes on the servers for it, and its end is an API event.
+	Held bool
 	// DataLost, on a MarkLeaving, is how many nodes went with every copy of the cluster's
 	// data (a total outage): no server left holds a slot. 0 otherwise.
 	DataLost int
@@ -186,6 +193,14 @@ type Action struct {
 //     first, one at a time): CreateNodes one replacement, Wait until it is a synced replica,
 //     MarkLeaving a stale replica (replicas before their primary), Failover a stale primary
 //     to a synced replica and only then MarkLeaving it.
+//
+// While a backup streams (Observed.BackupRunning), no slot moves: rules 1 and 11 become a
+// Held Wait instead of a Rebalance, and the rules after them wait too (each assumes the
+// moves before it are done: rule 3 would remove a Leaving primary that still holds slots,
+// rule 12 would take a departing shard's replicas, perhaps the backup's source, before its
+// slots). So a cluster in the middle of a reshape waits for the backup, Valkey's own
+// failover still acting meanwhile; a settled cluster heals and rolls as usual (rules 2-10
+// and 12-14 come first or apply without any move).
 //
 // A cluster being formed (Observed.Forming) follows formingRules instead.
 func Next(o Observed) Action {

@@ -14,15 +14,23 @@ import (
 func resumeMoves(v view) (Action, bool) {
 	for _, n := range v.reachable {
 		if self := n.State.Self(); self != nil && (len(self.Importing) > 0 || len(self.Migrating) > 0) {
-			return Action{Kind: Rebalance, Nodes: v.leavingPrimaries(), Reason: "slots left open on " + n.Name + " by an interrupted move"}, true
+			return v.holdIfBackup(Action{Kind: Rebalance, Nodes: v.leavingPrimaries(), Reason: "slots left open on " + n.Name + " by an interrupted move"}), true
 		}
 	}
 	for i := range v.Nodes {
 		if n := &v.Nodes[i]; n.Lifecycle == Leaving && n.primaryWithSlots() {
-			return Action{Kind: Rebalance, Nodes: v.leavingPrimaries(), Reason: "draining the slots of leaving " + n.Name}, true
+			return v.holdIfBackup(Action{Kind: Rebalance, Nodes: v.leavingPrimaries(), Reason: "draining the slots of leaving " + n.Name}), true
 		}
 	}
 	return Action{}, false
+}
+
+// holdIfBackup turns slot move a into a Held Wait while a backup streams.
+func (v view) holdIfBackup(a Action) Action {
+	if v.BackupRunning == "" {
+		return a
+	}
+	return Action{Kind: Wait, Held: true, Reason: fmt.Sprintf("%s (%s) waits for backup %s, which is streaming the shards' snapshots", a.Kind, a.Reason, v.BackupRunning)}
 }
 
 // leavingID is the Valkey ID a Leaving node has or had, and whether another server knows it.
@@ -201,7 +209,7 @@ func (v view) primaryOf(shard int) *Node {
 // primaries of the kept shards differ by more than 1% of the slots.
 func balance(v view) (Action, bool) {
 	if leaving := v.leavingPrimaries(); len(leaving) > 0 {
-		return Action{Kind: Rebalance, Nodes: leaving, Reason: fmt.Sprintf("draining departing %v", leaving)}, true
+		return v.holdIfBackup(Action{Kind: Rebalance, Nodes: leaving, Reason: fmt.Sprintf("draining departing %v", leaving)}), true
 	}
 	lo, hi := model.SlotCount, 0
 	for s := 0; s < v.Shards; s++ {
@@ -212,7 +220,7 @@ func balance(v view) (Action, bool) {
 		lo, hi = min(lo, c), max(hi, c)
 	}
 	if hi-lo > model.SlotCount/100 {
-		return Action{Kind: Rebalance, Reason: fmt.Sprintf("slots uneven across primaries (%d..%d)", lo, hi)}, true
+		return v.holdIfBackup(Action{Kind: Rebalance, Reason: fmt.Sprintf("slots uneven across primaries (%d..%d)", lo, hi)}), true
 	}
 	return Action{}, false
 }
