@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	"github.com/valkey-io/valkey-go"
 
 	"github.com/gomomento/valkey-operator/reconciler/backup"
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 // Backups to the dev cluster's real object store (SeaweedFS): a ValkeyBackup of an Active
@@ -42,6 +45,16 @@ spec:
     credentialsSecretRef:
       name: %s
 `, name, cluster, endpoint, bucket, prefix, secret), "apply", "-f", "-")
+}
+
+// onServer runs one command on the server at ip of cluster, as the operator's user.
+func (n *ns) onServer(ip, cluster string, cmd ...string) {
+	n.t.Helper()
+	password := n.secretValue(cluster+"-auth", render.AuthOperatorPasswordKey)
+	c := newClient(n.t, valkey.ClientOption{InitAddress: []string{ip + ":6379"}, Username: model.OperatorUser, Password: password, ForceSingleClient: true})
+	ctx, cancel := ctxTimeout(10 * time.Second)
+	defer cancel()
+	require.NoError(n.t, c.Do(ctx, c.B().Arbitrary(cmd...).Build()).Error(), "%v on %s", cmd, ip)
 }
 
 // waitBackup waits until ValkeyBackup name reaches phase and returns it as JSON.
@@ -135,6 +148,48 @@ func TestBackupToObjectStore(t *testing.T) {
 		return found && int64(v) == completed.Unix(), fmt.Sprintf("found %v value %v, want %d", found, v, completed.Unix()), nil
 	})
 
+	// Progress, then a retry: a slower snapshot shows the bytes of a shard still streaming
+	// in its status (and SIZE); then the connection its source serves the stream on is killed
+	// mid-stream, and the shard is streamed again from its next copy, the primary.
+	n.eachServer(cluster, "CONFIG", "SET", "rdb-key-save-delay", "600")
+	start = time.Now()
+	n.applyBackup("progress", cluster, store.Endpoint, store.Bucket, prefix, "s3")
+	var streaming gjson.Result
+	n.eventually(time.Minute, 50*time.Millisecond, "a Running backup showing the bytes of a shard still streaming", func() (bool, string, error) {
+		b := gjson.Parse(n.kubectl("get", "valkeybackup", "progress", "-o", "json"))
+		if phase := b.Get("status.phase").String(); phase != "Running" && phase != "Pending" && phase != "" {
+			return false, "", fmt.Errorf("backup %s before any progress was seen: %s", phase, b.Get("status.message"))
+		}
+		for _, s := range b.Get("status.shards").Array() {
+			if s.Get("bytes").Int() > 0 && s.Get("sha256").String() == "" {
+				streaming = b
+				return true, "", nil
+			}
+		}
+		return false, b.Get("status").Raw, nil
+	})
+	var victim gjson.Result
+	for _, s := range streaming.Get("status.shards").Array() {
+		if s.Get("bytes").Int() > 0 && s.Get("sha256").String() == "" {
+			victim = s
+			break
+		}
+	}
+	t.Logf("e2e: %.1fs after kubectl apply, Running with %d bytes: shard %d at %d bytes from %s", time.Since(start).Seconds(),
+		streaming.Get("status.bytes").Int(), victim.Get("index").Int(), victim.Get("bytes").Int(), victim.Get("node").String())
+	assert.Positive(t, streaming.Get("status.bytes").Int())
+	source := victim.Get("node").String()
+	n.onServer(n.kubectl("get", "pod", source, "-o", "jsonpath={.status.podIP}"), cluster, "CLIENT", "KILL", "USER", model.BackupUser)
+	got = n.waitBackup("progress", "Completed", 2*time.Minute)
+	t.Logf("e2e: backup with one shard retried Completed %.1fs after kubectl apply", time.Since(start).Seconds())
+	retried := int(victim.Get("index").Int())
+	assert.GreaterOrEqual(t, n.requireBackupInBucket(cl, store.Bucket, prefix, cluster, "progress", 3, got.Get("status"), retried), int64(loaded))
+	switched := n.kubectl("get", "events", "--field-selector", "involvedObject.name=progress,reason="+backup.ReasonSourceSwitched, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
+	assert.Contains(t, switched, fmt.Sprintf("streaming shard %d again from %s", retried, got.Get(fmt.Sprintf("status.shards.%d.node", retried)).String()))
+	assert.Contains(t, switched, source, "the Event names the copy that failed")
+	assert.NotContains(t, switched, password)
+	n.eachServer(cluster, "CONFIG", "SET", "rdb-key-save-delay", "300")
+
 	// A backup deleted while it runs: its transfer stops, and nothing of it is left named
 	// complete, nor any upload open.
 	ctx, cancel = ctxTimeout(2 * time.Minute)
@@ -155,7 +210,23 @@ func TestBackupToObjectStore(t *testing.T) {
 	})
 	_, err = cl.StatObject(ctx, store.Bucket, goneDir+backup.ManifestName, minio.StatObjectOptions{})
 	assert.Error(t, err, "no manifest for a deleted backup")
-	finishDay2(t, w, watch, "three backups, one resumed by a new operator and one deleted")
+
+	// A backup running past --backup-timeout (counted from its startedAt, so across a
+	// restart): an operator started with a short one fails it, with no manifest and no
+	// upload left open. The suite's operator is then restarted with its usual flags.
+	n.applyBackup("late", cluster, store.Endpoint, store.Bucket, prefix, "s3")
+	waitRunning("late")
+	crashAndRestart(t, "--backup-timeout", "2s")
+	got = n.waitBackup("late", "Failed", time.Minute)
+	crashAndRestart(t)
+	assert.Contains(t, got.Get("status.message").String(), "--backup-timeout")
+	lateDir := fmt.Sprintf("%s/%s/%s/late/", prefix, n.name, cluster)
+	for u := range cl.ListIncompleteUploads(ctx, store.Bucket, lateDir, true) {
+		t.Errorf("upload %s left open by a timed-out backup (%v)", u.Key, u.Err)
+	}
+	_, err = cl.StatObject(ctx, store.Bucket, lateDir+backup.ManifestName, minio.StatObjectOptions{})
+	assert.Error(t, err, "no manifest for a timed-out backup")
+	finishDay2(t, w, watch, "five backups: one resumed by a new operator, one with a shard retried, one deleted, one timed out")
 
 	// Bad input: each fails its backup with a message, and nothing is written for it.
 	n.kubectl("create", "secret", "generic", "s3-wrong", "--from-literal=accessKey="+store.AccessKey, "--from-literal=secretKey=not-the-secret")
@@ -185,8 +256,9 @@ func TestBackupToObjectStore(t *testing.T) {
 // requireBackupInBucket checks a Completed backup's objects against its status st: one per
 // shard under {prefix}/{namespace}/{cluster}/{name}/, streamed from a replica, of the size and
 // SHA-256 recorded, the slots covering the cluster, and the manifest naming the same objects.
-// It returns the keys the shards hold.
-func (n *ns) requireBackupInBucket(cl *minio.Client, bucket, prefix, cluster, name string, shardCount int, st gjson.Result) int64 {
+// The shards listed in fromPrimary were streamed from their primary instead. It returns the
+// keys the shards hold.
+func (n *ns) requireBackupInBucket(cl *minio.Client, bucket, prefix, cluster, name string, shardCount int, st gjson.Result, fromPrimary ...int) int64 {
 	t := n.t
 	t.Helper()
 	ctx, cancel := ctxTimeout(2 * time.Minute)
@@ -204,7 +276,11 @@ func (n *ns) requireBackupInBucket(cl *minio.Client, bucket, prefix, cluster, na
 		assert.EqualValues(t, i, s.Get("index").Int())
 		object := s.Get("object").String()
 		assert.Equal(t, fmt.Sprintf("%sshard-%d.rdb", dir, i), object)
-		assert.Equal(t, "replica", roles[s.Get("node").String()], "shard %d streamed from a replica, not its primary", i)
+		if slices.Contains(fromPrimary, i) {
+			assert.Equal(t, "primary", roles[s.Get("node").String()], "shard %d streamed from its primary", i)
+		} else {
+			assert.Equal(t, "replica", roles[s.Get("node").String()], "shard %d streamed from a replica, not its primary", i)
+		}
 		o, err := cl.GetObject(ctx, bucket, object, minio.GetObjectOptions{})
 		require.NoError(t, err)
 		h := sha256.New()

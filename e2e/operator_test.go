@@ -26,12 +26,12 @@ type operator struct{ *operatorproc.Process }
 
 // startOperator runs the manager as the shipped Deployment does, with leader election (so
 // the Lease rights are exercised), and waits until its readiness endpoint answers.
-func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
+func startOperator(bin, kubeconfig, logPath string, extraArgs ...string) (*operator, error) {
 	p, err := operatorproc.Start(context.Background(), operatorproc.Options{
 		Bin: bin, Kubeconfig: kubeconfig, Namespace: operatorNamespace, LogPath: logPath,
-		Args: []string{"--recheck-interval", recheckInterval.String(), "--slow-start", slowStart.String(), "--zap-time-encoding", "rfc3339nano",
+		Args: append([]string{"--recheck-interval", recheckInterval.String(), "--slow-start", slowStart.String(), "--zap-time-encoding", "rfc3339nano",
 			// Run on the host, the operator has no pod to read its image from.
-			"--restore-image", operatorImage()},
+			"--restore-image", operatorImage()}, extraArgs...),
 		LeaderElect: true,
 	})
 	if err != nil {
@@ -44,12 +44,14 @@ func startOperator(bin, kubeconfig, logPath string) (*operator, error) {
 // one in its place, logging to a file of its own. The killed leader's Lease would hold its
 // successor off until it expires (15 s); these tests are about what the successor does, not
 // about that wait, so the Lease is deleted (as admin) and the successor creates a new one.
-func crashAndRestart(t *testing.T) {
+// extraArgs are flags for the new operator only (a test that passes any restarts it again
+// without them).
+func crashAndRestart(t *testing.T, extraArgs ...string) {
 	t.Helper()
 	require.NoError(t, suite.operator.Kill())
 	out, err := kubectlRun("", "delete", "lease", leaderLease, "-n", operatorNamespace, "--ignore-not-found")
 	require.NoError(t, err, out)
-	op, err := startOperator(suite.bin, suite.operatorKubeconfig, filepath.Join(suite.tmp, fmt.Sprintf("manager-%d.log", time.Now().UnixNano())))
+	op, err := startOperator(suite.bin, suite.operatorKubeconfig, filepath.Join(suite.tmp, fmt.Sprintf("manager-%d.log", time.Now().UnixNano())), extraArgs...)
 	require.NoError(t, err, "restarting the operator")
 	suite.operator = op
 }
