@@ -214,6 +214,8 @@ func TestBackupToObjectStore(t *testing.T) {
 	// A backup running past --backup-timeout (counted from its startedAt, so across a
 	// restart): an operator started with a short one fails it, with no manifest and no
 	// upload left open. The suite's operator is then restarted with its usual flags.
+	ctx, cancel = ctxTimeout(2 * time.Minute)
+	defer cancel()
 	n.applyBackup("late", cluster, store.Endpoint, store.Bucket, prefix, "s3")
 	waitRunning("late")
 	crashAndRestart(t, "--backup-timeout", "2s")
