@@ -203,6 +203,38 @@ func (s *Store) AbortIncomplete(ctx context.Context, prefix string) error {
 	return nil
 }
 
+// AbortIncompleteSettled is AbortIncomplete repeated until no upload under prefix has been
+// open for quiet. A part upload still in flight when its upload is aborted may land after
+// the abort and open the upload again (S3 documents that an abort may have to be repeated;
+// SeaweedFS does it when the client that sent the part was killed), so where a transfer was
+// just cut, one pass is not enough to leave nothing behind. It gives up when ctx ends.
+func (s *Store) AbortIncompleteSettled(ctx context.Context, prefix string, quiet time.Duration) error {
+	const every = 250 * time.Millisecond
+	clearSince := time.Time{}
+	for {
+		keys, err := s.Incomplete(ctx, prefix)
+		if err != nil {
+			return err
+		}
+		switch {
+		case len(keys) > 0:
+			clearSince = time.Time{}
+			if err := s.AbortIncomplete(ctx, prefix); err != nil {
+				return err
+			}
+		case clearSince.IsZero():
+			clearSince = time.Now()
+		case time.Since(clearSince) >= quiet:
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
 // wrap names the operation, endpoint, bucket and key of err and classifies it; nil stays nil.
 func (s *Store) wrap(op, key string, err error) error {
 	if err == nil {

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -216,7 +217,7 @@ func (r *Reconciler) watchFetches(ctx context.Context, p *pass) *outcome {
 			continue
 		}
 		failed = true
-		msg := strings.TrimSpace(term.Message)
+		msg := strings.TrimPrefix(strings.TrimSpace(term.Message), "restore-fetch: ")
 		if msg == "" {
 			msg = "exit code " + strconv.Itoa(int(term.ExitCode))
 		}
@@ -291,7 +292,13 @@ func (r *Reconciler) reportRestored(p *pass) {
 		if st == nil {
 			continue
 		}
-		r.event(p, nil, ReasonRestoreShardLoaded, "Restore", "Shard %d restored on %s: %d keys loaded (the backup recorded %d), slots %s",
+		// Each Event is about its shard's primary (related): Events of one reason and action
+		// about the same objects are one series, which would keep only the first shard's.
+		var related runtime.Object
+		if n, err := p.node(st.Name); err == nil {
+			related = n.U
+		}
+		r.event(p, related, ReasonRestoreShardLoaded, "Restore", "Shard %d restored on %s: %d keys loaded (the backup recorded %d), slots %s",
 			s.Index, st.Name, st.Keys, s.Keys, model.FormatRanges(st.Slots))
 	}
 }

@@ -213,8 +213,9 @@ func (c *Controller) start(ctx context.Context, b views.Backup) error {
 	if st.Phase == views.BackupRunning {
 		// Resumed after a restart: the timeout counts from when the backup first started.
 		if due, err = deadline(st.StartedAt, c.opts.Timeout); err == nil && !time.Now().Before(due) {
+			// The operator that ran it was cut off: parts it had in flight may still land.
 			abortCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_ = store.AbortIncomplete(abortCtx, path+"/")
+			_ = store.AbortIncompleteSettled(abortCtx, path+"/", abortQuiet)
 			cancel()
 			return c.fail(ctx, b, timeoutMessage(c.opts.Timeout, st.StartedAt))
 		}

@@ -20,6 +20,11 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops/snapshot"
 )
 
+// abortQuiet is how long a backup's cut transfer must show no open upload before it is
+// failed: a part still in flight when the transfer was cut can reopen its upload after the
+// abort (objectstore.AbortIncompleteSettled).
+const abortQuiet = 2 * time.Second
+
 // transfer streams every planned shard (at most Options.Transfers at once across the
 // operator), records each as it completes while a progress writer shows the bytes streamed so
 // far, then writes the manifest and Completed. ctx ends when the backup is deleted, when the
@@ -76,14 +81,14 @@ func (c *Controller) transfer(ctx context.Context, j *job) {
 		// aborts them first.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_ = j.store.AbortIncomplete(endCtx, j.path+"/")
+		_ = j.store.AbortIncompleteSettled(endCtx, j.path+"/", abortQuiet)
 		if errors.Is(context.Cause(ctx), errTimedOut) {
 			c.failLatest(endCtx, j, timeoutMessage(c.opts.Timeout, j.status.StartedAt), log)
 		}
 		return
 	}
 	if firstErr != nil {
-		_ = j.store.AbortIncomplete(ctx, j.path+"/")
+		_ = j.store.AbortIncompleteSettled(ctx, j.path+"/", abortQuiet)
 		c.failLatest(ctx, j, firstErr.Error(), log)
 		return
 	}
