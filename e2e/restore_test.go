@@ -110,6 +110,12 @@ func TestRestoreFromBackup(t *testing.T) {
 	n.eventually(30*time.Second, 100*time.Millisecond, "writer running", func() (bool, string, error) {
 		return w.Acked() >= 200, fmt.Sprintf("%d acknowledged", w.Acked()), nil
 	})
+	// status.startedAt has whole seconds: the writes this test expects in the backup are
+	// those acknowledged before it, so some must be acknowledged in an earlier second.
+	acked := time.Now()
+	n.eventually(5*time.Second, 50*time.Millisecond, "a second boundary after writes were acknowledged", func() (bool, string, error) {
+		return time.Now().Truncate(time.Second).After(acked), "", nil
+	})
 
 	store, err := suite.env.ObjectStore(ctx)
 	require.NoError(t, err)

@@ -215,7 +215,7 @@ func (c *Controller) start(ctx context.Context, b views.Backup) error {
 		if due, err = deadline(st.StartedAt, c.opts.Timeout); err == nil && !time.Now().Before(due) {
 			// The operator that ran it was cut off: parts it had in flight may still land.
 			abortCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			_ = store.AbortIncompleteSettled(abortCtx, path+"/", abortQuiet)
+			_ = store.AbortIncompleteSettled(abortCtx, store.Key(path)+"/", abortQuiet)
 			cancel()
 			return c.fail(ctx, b, timeoutMessage(c.opts.Timeout, st.StartedAt))
 		}

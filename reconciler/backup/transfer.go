@@ -33,7 +33,7 @@ func (c *Controller) transfer(ctx context.Context, j *job) {
 	log := ctrl.Log.WithName(ControllerName).WithValues("backup", j.key)
 	defer c.forget(j.key)
 	// Uploads a killed operator left open under this backup are aborted first.
-	if err := j.store.AbortIncomplete(ctx, j.path+"/"); err != nil {
+	if err := j.store.AbortIncomplete(ctx, j.store.Key(j.path)+"/"); err != nil {
 		log.Info("aborting unfinished uploads", "error", err.Error())
 	}
 	// The first shard that fails for good stops the others: the backup has failed.
@@ -81,14 +81,14 @@ func (c *Controller) transfer(ctx context.Context, j *job) {
 		// aborts them first.
 		endCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_ = j.store.AbortIncompleteSettled(endCtx, j.path+"/", abortQuiet)
+		_ = j.store.AbortIncompleteSettled(endCtx, j.store.Key(j.path)+"/", abortQuiet)
 		if errors.Is(context.Cause(ctx), errTimedOut) {
 			c.failLatest(endCtx, j, timeoutMessage(c.opts.Timeout, j.status.StartedAt), log)
 		}
 		return
 	}
 	if firstErr != nil {
-		_ = j.store.AbortIncompleteSettled(ctx, j.path+"/", abortQuiet)
+		_ = j.store.AbortIncompleteSettled(ctx, j.store.Key(j.path)+"/", abortQuiet)
 		c.failLatest(ctx, j, firstErr.Error(), log)
 		return
 	}
