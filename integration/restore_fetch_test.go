@@ -97,6 +97,8 @@ func TestRestoreFetch(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, again.AlreadyThere, "a second fetch (an init container run again) keeps the file")
 
+			// In a pod the fetcher runs as the server's user; here it ran as this test's.
+			require.NoError(t, os.Chown(filepath.Join(dir, snapshot.DumpFile), 999, 999))
 			node, err := s.f.env.StartNodeOnDir(ctx, 0, dir)
 			require.NoError(t, err)
 			assert.Equal(t, keys, s.dbsize(t, node), "every key loaded")
