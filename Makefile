@@ -18,7 +18,7 @@ export IMAGE OPERATOR
 BASE_IMAGE ?= scratch
 
 .PHONY: all build image controlplane objectstore valkey-image valkey-tools prerequisites lint \
-	unit envtest integration e2e test bench bench-day2 bench-fleet dev dev-down clean
+	unit envtest integration e2e test bench bench-day2 bench-fleet bench-backup dev dev-down clean
 
 # Test tiers. Untagged test files are unit tests: pure functions, planners, renderers; no API
 # server, no Docker; `go test ./...` runs exactly them. A test file that needs a real
@@ -52,7 +52,7 @@ objectstore:
 valkey-image:
 	hack/valkey-image/build.sh
 
-## valkey-tools: valkey-cli on the host (benchmarks and e2e checks use it)
+## valkey-tools: valkey-cli and rclone on the host (benchmarks and e2e checks use them)
 valkey-tools:
 	hack/valkey-image/install-tools.sh
 
@@ -98,6 +98,10 @@ bench-fleet: prerequisites image
 ## bench-day2: an Active cluster's recovery from a lost primary, a rolling replacement, and a scale-out vs valkey-cli
 bench-day2: prerequisites
 	go run ./hack/bench-day2
+
+## bench-backup: a ValkeyBackup and a restore (spec.restoreFrom) vs valkey-cli --rdb + rclone and a pipelined re-write (-keys, -versions)
+bench-backup: prerequisites image
+	go run ./hack/bench-backup $(BENCH_BACKUP_FLAGS)
 
 ## dev: local Kubernetes + operator (installed from deploy/; OPERATOR=host: on the host) + an
 ## example 3x1 cluster, then how to reach it
