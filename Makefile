@@ -101,6 +101,7 @@ bench-day2: prerequisites
 
 ## bench-backup: a ValkeyBackup and a restore (spec.restoreFrom) vs valkey-cli --rdb + rclone and a pipelined re-write (-keys, -versions)
 bench-backup: prerequisites image
+	WITH_RCLONE=1 hack/valkey-image/install-tools.sh
 	go run ./hack/bench-backup $(BENCH_BACKUP_FLAGS)
 
 ## dev: local Kubernetes + operator (installed from deploy/; OPERATOR=host: on the host) + an

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host tools the benchmarks and the e2e checks use: valkey-cli (Debian package
 # valkey-tools 8.0.x from bookworm-backports) and rclone (Debian's package: the S3 client of
-# bench-backup's baseline). Idempotent: installs only what is missing.
+# bench-backup's baseline, only with WITH_RCLONE=1, so that the tests install nothing they do
+# not use). Idempotent: installs only what is missing.
 set -euo pipefail
 
 export DEBIAN_FRONTEND=noninteractive
@@ -16,7 +17,9 @@ else
 	apt-get install -y -qq -t bookworm-backports valkey-tools >/dev/null
 	echo "install-tools: installed $(valkey-cli --version)" >&2
 fi
-if command -v rclone >/dev/null 2>&1; then
+if [[ "${WITH_RCLONE:-}" != 1 ]]; then
+	:
+elif command -v rclone >/dev/null 2>&1; then
 	echo "install-tools: $(rclone --version | head -1) present, skipping" >&2
 else
 	apt-get update -qq
