@@ -20,18 +20,23 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/valkey-io/valkey-go"
 
 	devstore "github.com/gomomento/valkey-operator/devcluster/objectstore"
+	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/objectstore"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/gomomento/valkey-operator/valkeyops/snapshot"
 )
 
-// TestRestoreFetch: on Valkey 8.0 and 9.1, a replica's snapshot streamed as the backup user
-// into the real object store is fetched by snapshot.Fetch into an empty directory, and a new
-// cluster-mode server started on that directory holds every key as the source did (digest
-// over DUMP of every key). Fetching again downloads nothing. Refusals leave no dump.rdb and
+// TestRestoreFetch: on Valkey 8.0 with TLS off and on 9.1 with TLS on (one case each, not
+// four: TLS changes how the snapshot is streamed and how the restored server is reached, not
+// the fetch in between), a replica's snapshot streamed as the backup user into the real
+// object store is fetched by snapshot.Fetch into an empty directory, and a new cluster-mode
+// server started on that directory (on 9.1 TLS-only with the source's certificate, refusing
+// plaintext) holds every key as the source did (digest over DUMP of every key, read over TLS
+// on 9.1). Fetching again downloads nothing. Refusals leave no dump.rdb and
 // no part file, each with the message a user reads: a SHA-256 that is not the manifest's, a
 // missing object, and (9.1) an RDB too new for Valkey 8.0. The streamed snapshot is RDB 11 on
 // both releases (9.1 sends the Redis-compatible format to a SYNC client that announces no
@@ -43,9 +48,11 @@ func TestRestoreFetch(t *testing.T) {
 	requireDocker(t)
 	manager := buildManager(t)
 	for _, img := range rotationImages {
-		t.Run(img.name, func(t *testing.T) {
+		// TLS on the newer release, whose case also reaches its primary (SAVE) over TLS.
+		withTLS := img.image == harness.Image9()
+		t.Run(fmt.Sprintf("%s/tls=%t", img.name, withTLS), func(t *testing.T) {
 			t.Parallel()
-			s := newSnapshotSource(t, img.image, false)
+			s := newSnapshotSource(t, img.image, withTLS)
 			ctx := ctxT(t, 2*time.Minute)
 			dev, err := s.f.env.StartObjectStore(ctx, t.TempDir())
 			require.NoError(t, err)
@@ -101,6 +108,11 @@ func TestRestoreFetch(t *testing.T) {
 			require.NoError(t, os.Chown(filepath.Join(dir, snapshot.DumpFile), 999, 999))
 			node, err := s.f.env.StartNodeOnDir(ctx, 0, dir)
 			require.NoError(t, err)
+			if withTLS {
+				_, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{node.Addr}, Username: model.OperatorUser, Password: operatorPassword,
+					ForceSingleClient: true, DisableCache: true, DisableRetry: true})
+				assert.Error(t, err, "the restored server is TLS-only: a plaintext connection is refused")
+			}
 			assert.Equal(t, keys, s.dbsize(t, node), "every key loaded")
 			s.do(t, node, model.OperatorUser, operatorPassword, "CONFIG", "SET", "cluster-require-full-coverage", "no")
 			require.NoError(t, poll.Until(ctx, 20*time.Millisecond, 10*time.Second, "restored node serves its slots", func(context.Context) (bool, string, error) {
