@@ -99,7 +99,7 @@ bench-fleet: prerequisites image
 bench-day2: prerequisites
 	go run ./hack/bench-day2
 
-## bench-backup: a ValkeyBackup and a restore (spec.restoreFrom) vs valkey-cli --rdb + rclone and a pipelined re-write (-keys, -versions)
+## bench-backup: issue #25's full-size proof: a backup under a writer, restores into 3, 2 and 4 shards, a kept schedule, vs valkey-cli --rdb + rclone and a pipelined re-write (-keys, -versions, -tls-versions, -schedule-runs)
 bench-backup: prerequisites image
 	WITH_RCLONE=1 hack/valkey-image/install-tools.sh
 	go run ./hack/bench-backup $(BENCH_BACKUP_FLAGS)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,7 +37,13 @@ type bench struct {
 	kubectl kubectl.Runner
 	logDir  string
 	opLog   string
+	op      *operatorproc.Process
 }
+
+// backupTransfers is the operator's --backup-transfers in this bench: the shard transfers it
+// runs at once (its default is 2). The baseline streams the 3 shards of a 3x1 cluster at
+// once, so the operator must be allowed as many for the two to compare like with like.
+const backupTransfers = 3
 
 // startBench builds the operator, starts a private dev cluster (with its object store),
 // installs the CRDs and the example ValkeyImages and runs the operator on the host.
@@ -96,11 +103,13 @@ func startBench(ctx context.Context) (*bench, error) {
 	}
 	op, err := operatorproc.Start(ctx, operatorproc.Options{
 		Bin: bin, Kubeconfig: b.env.Kubeconfig, Namespace: operatorNamespace, LogPath: b.opLog,
-		Args: []string{"--zap-time-encoding=rfc3339nano", "--restore-image", *restoreImage},
+		Args: []string{"--zap-time-encoding=rfc3339nano", "--restore-image", *restoreImage,
+			fmt.Sprintf("--backup-transfers=%d", backupTransfers)},
 	})
 	if err != nil {
 		return nil, err
 	}
+	b.op = op
 	atExit(func() {
 		if op.Running() != nil {
 			return
@@ -111,7 +120,8 @@ func startBench(ctx context.Context) (*bench, error) {
 	if _, err := b.kubectl.Run(ctx, "apply", "-f", filepath.Join(root, "examples", "valkeyimage.yaml")); err != nil {
 		return nil, err
 	}
-	logf("operator running, example ValkeyImages applied")
+	logf("operator running (pid %d, --backup-transfers=%d: 3 shards streamed at once, as the baseline's 3 valkey-cli --rdb; peak memory (VmHWM) before any backup %s), example ValkeyImages applied",
+		op.Pid(), backupTransfers, b.peakMemory())
 	return b, nil
 }
 
@@ -139,18 +149,67 @@ spec:
 	return err
 }
 
-// applyCluster applies a 3x1 ValkeyCluster of configRef in ns; restoreFrom, when not "",
-// is the name of a ValkeyBackup of ns to create it from.
-func (b *bench) applyCluster(ctx context.Context, ns, name, configRef, restoreFrom string) error {
+// clusterSpec is what the bench varies in a ValkeyCluster.
+type clusterSpec struct {
+	name, config string
+	shards       int
+	tlsSecret    string // spec.tls.secretRef unless ""
+	restoreFrom  string // spec.restoreFrom.backup unless ""
+	backupYAML   string // spec.backup (indented under it) unless ""
+}
+
+// applyCluster applies a ValkeyCluster of spec in ns with one replica per shard.
+func (b *bench) applyCluster(ctx context.Context, ns string, spec clusterSpec) error {
 	if err := b.env.EnsureNamespace(ctx, ns); err != nil {
 		return err
 	}
-	y := fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: 3\n  replicasPerShard: 1\n", name, configRef)
-	if restoreFrom != "" {
-		y += fmt.Sprintf("  restoreFrom:\n    backup: %s\n", restoreFrom)
+	y := fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: %d\n  replicasPerShard: 1\n",
+		spec.name, spec.config, spec.shards)
+	if spec.tlsSecret != "" {
+		y += fmt.Sprintf("  tls:\n    secretRef: %s\n", spec.tlsSecret)
+	}
+	if spec.restoreFrom != "" {
+		y += fmt.Sprintf("  restoreFrom:\n    backup: %s\n", spec.restoreFrom)
+	}
+	if spec.backupYAML != "" {
+		y += "  backup:\n" + spec.backupYAML
 	}
 	_, err := b.kubectl.In(ns).RunWithInput(ctx, y, "apply", "-f", "-")
 	return err
+}
+
+// deleteCluster deletes ValkeyCluster name and waits until its pods are gone, so that the
+// next cluster does not share the machine's memory with it.
+func (b *bench) deleteCluster(ctx context.Context, ns, name string) error {
+	start := time.Now()
+	if _, err := b.kubectl.In(ns).Run(ctx, "delete", "valkeycluster", name, "--wait=true"); err != nil {
+		return err
+	}
+	err := poll.Until(ctx, 250*time.Millisecond, 3*time.Minute, fmt.Sprintf("pods of %s/%s gone", ns, name), func(ctx context.Context) (bool, string, error) {
+		l, err := b.env.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelCluster + "=" + name})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		return len(l.Items) == 0, fmt.Sprintf("%d pods left", len(l.Items)), nil
+	})
+	if err == nil {
+		logf("%s/%s deleted, its pods gone in %.1fs", ns, name, time.Since(start).Seconds())
+	}
+	return err
+}
+
+// peakMemory is the operator process's peak resident set size (VmHWM) as /proc reports it.
+func (b *bench) peakMemory() string {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", b.op.Pid()))
+	if err != nil {
+		return err.Error()
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "no VmHWM in /proc/<pid>/status"
 }
 
 // waitStatus polls the object's status until field (a path under status) equals want; a

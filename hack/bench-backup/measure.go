@@ -2,26 +2,17 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/valkey-io/valkey-go"
+	"github.com/tidwall/gjson"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"github.com/gomomento/valkey-operator/devcluster/objectstore"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
-	"github.com/gomomento/valkey-operator/reconciler/render"
-	"github.com/gomomento/valkey-operator/valkeyops/model"
+	"github.com/gomomento/valkey-operator/internal/poll"
 )
 
 const keyPrefix = "k:"
@@ -34,17 +25,41 @@ func fillValue(i int) string {
 	return s
 }
 
+// source is what a restore is checked against: the source's keyPrefix keys, the writes
+// acknowledged before the backup started and the slot ranges the backup recorded.
+type source struct {
+	keys     int
+	digest   string
+	before   []int
+	recorded [][]string
+}
+
 // measure runs the backup and restore comparisons on one Valkey version and prints them.
-func (b *bench) measure(ctx context.Context, version string) error {
+func (b *bench) measure(ctx context.Context, version string, tlsOn bool) error {
+	fmt.Printf("== valkey %s tls=%s keys=%d ==\n", version, onOff(tlsOn), *keys)
 	slug := strings.ReplaceAll(version, ".", "-")
 	ns, config := "bench-backup-"+slug, "bench-"+slug
 	defer b.deleteNamespace(context.WithoutCancel(ctx), ns)
 	if err := b.applyConfig(ctx, config, version); err != nil {
 		return err
 	}
+	var m *tlsMaterial
+	spec := func(name string, shards int, restoreFrom string) clusterSpec {
+		s := clusterSpec{name: name, config: config, shards: shards, restoreFrom: restoreFrom}
+		if m != nil {
+			s.tlsSecret = tlsSecretName
+		}
+		return s
+	}
+	if tlsOn {
+		var err error
+		if m, err = b.setupTLS(ctx, ns, []string{"src", "restored-3", "restored-2", "restored-4", "rewrite"}); err != nil {
+			return err
+		}
+	}
 
-	// The source cluster, filled.
-	src, err := b.activeCluster(ctx, ns, "src", config, "")
+	// The source cluster, filled; its digest before the writer starts.
+	src, _, err := b.activeCluster(ctx, ns, spec("src", 3, ""), m)
 	if err != nil {
 		return err
 	}
@@ -54,15 +69,25 @@ func (b *bench) measure(ctx context.Context, version string) error {
 		return err
 	}
 	logf("%s: %d keys written in %.1fs", ns, *keys, time.Since(start).Seconds())
-	srcKeys, srcDigest, err := src.digest(ctx)
-	if err != nil {
+	var want source
+	if want.keys, want.digest, err = src.digest(ctx, keyPrefix); err != nil {
 		return fmt.Errorf("source digest: %w", err)
 	}
-	if srcKeys != *keys {
-		return fmt.Errorf("the source holds %d keys, %d were written", srcKeys, *keys)
+	if want.keys != *keys {
+		return fmt.Errorf("the source holds %d keys, %d were written", want.keys, *keys)
 	}
+	w, err := startWriter(ctx, src.client)
+	if err != nil {
+		return err
+	}
+	writerRunning := true
+	defer func() {
+		if writerRunning {
+			w.Stop()
+		}
+	}()
 
-	// The operator's backup.
+	// The operator's backup, with the writer running.
 	store, err := b.env.ObjectStore(ctx)
 	if err != nil {
 		return err
@@ -94,241 +119,163 @@ spec:
 	}
 	backupS := time.Since(start).Seconds()
 	bytes, _, _ := unstructured.NestedInt64(bk.Object, "status", "bytes")
-	logf("%s: backup Completed in %.2fs (%d bytes)", ns, backupS, bytes)
+	logf("%s: backup Completed in %.2fs (%d bytes), %d writes acknowledged so far; operator peak memory (VmHWM) %s",
+		ns, backupS, bytes, w.Acked(), b.peakMemory())
+	status, err := bk.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	st := gjson.GetBytes(status, "status")
+	for _, s := range st.Get("shards").Array() {
+		var slots []string
+		for _, r := range s.Get("slots").Array() {
+			slots = append(slots, r.String())
+		}
+		want.recorded = append(want.recorded, slots)
+	}
+	sortRangeLists(want.recorded)
+	served, err := src.primarySlots(ctx)
+	if err != nil {
+		return err
+	}
+	if !slices.EqualFunc(served, want.recorded, slices.Equal) {
+		return fmt.Errorf("the backup recorded slots %v, the source serves %v", want.recorded, served)
+	}
 
 	// Its baseline: valkey-cli --rdb of every replica, then rclone to the same store.
-	baseBackupS, err := src.rdbAndUpload(ctx, store.Endpoint, store.Bucket, prefix+"/baseline", store.AccessKey, store.SecretKey)
+	baseBackupS, err := src.rdbAndUpload(ctx, store, prefix+"/baseline", m)
 	if err != nil {
 		return fmt.Errorf("backup baseline: %w", err)
 	}
 	logf("%s: valkey-cli --rdb + rclone in %.2fs", ns, baseBackupS)
+	fmt.Printf("backup: keys=%d bytes=%d seconds=%.2f mb-per-s=%.1f baseline-s=%.2f\n", want.keys, bytes, backupS, float64(bytes)/1e6/backupS, baseBackupS)
+	fmt.Printf("backup: ratio=%.2f (target <= 1.5)\n", backupS/baseBackupS)
 
-	// The operator's restore into a new cluster, checked key by key.
-	start = time.Now()
-	restored, err := b.activeCluster(ctx, ns, "restored", config, "snap")
+	// The writer stopped, the source deleted: a restore starts from the backup alone.
+	res := w.Stop()
+	writerRunning = false
+	startedAt, err := time.Parse(time.RFC3339, st.Get("startedAt").String())
 	if err != nil {
-		return fmt.Errorf("restore: %w", err)
+		return fmt.Errorf("status.startedAt: %w", err)
 	}
-	defer restored.close()
-	restoreS := time.Since(start).Seconds()
-	gotKeys, gotDigest, err := restored.digest(ctx)
-	if err != nil {
-		return fmt.Errorf("restored digest: %w", err)
+	want.before = ackedBefore(res, startedAt)
+	logf("%s: writer stopped: %d writes acknowledged, %d failed, %d acknowledged before startedAt %s",
+		ns, len(res.Acked), res.Failed, len(want.before), startedAt.Format(time.RFC3339))
+	if len(want.before) == 0 {
+		return fmt.Errorf("no write was acknowledged before the backup started at %s", startedAt)
 	}
-	if gotKeys != srcKeys || gotDigest != srcDigest {
-		return fmt.Errorf("restored cluster differs from its source: %d keys digest %s, source %d keys digest %s", gotKeys, gotDigest, srcKeys, srcDigest)
+	src.close()
+	if err := b.deleteCluster(ctx, ns, "src"); err != nil {
+		return err
 	}
-	logf("%s: restore Active in %.2fs, %d keys, digest %s matches", ns, restoreS, gotKeys, gotDigest[:16])
 
-	// Its baseline: the same keys re-written through a pipelined cluster client into an empty
-	// cluster of the same shape (formed before the clock starts).
-	start = time.Now()
-	empty, err := b.activeCluster(ctx, ns, "rewrite", config, "")
+	// The restore into the same shard count, timed against the re-write.
+	same, err := b.restore(ctx, ns, spec("restored-3", 3, "snap"), m, want)
 	if err != nil {
 		return err
 	}
-	defer empty.close()
-	// For reading restore-s against baseline-s: the operator's restore includes forming
-	// the cluster, which the baseline's clock leaves out.
-	logf("%s: an empty 3x1 cluster Active in %.2fs (not in baseline-s)", ns, time.Since(start).Seconds())
-	start = time.Now()
-	if err := loadgen.Fill(ctx, empty.client, keyPrefix, *keys, 5000, fillValue); err != nil {
+	restoreS := same.active.Seconds()
+	form, rewrite, err := b.rewriteBaseline(ctx, ns, spec("rewrite", 3, ""), m)
+	if err != nil {
 		return fmt.Errorf("restore baseline: %w", err)
 	}
-	baseRestoreS := time.Since(start).Seconds()
-
-	fmt.Printf("backup: keys=%d bytes=%d seconds=%.2f mb-per-s=%.1f baseline-s=%.2f\n", srcKeys, bytes, backupS, float64(bytes)/1e6/backupS, baseBackupS)
-	fmt.Printf("backup: ratio=%.2f (target <= 1.5)\n", backupS/baseBackupS)
-	fmt.Printf("restore: keys=%d seconds=%.2f baseline-s=%.2f\n", gotKeys, restoreS, baseRestoreS)
+	baseRestoreS := (form + rewrite).Seconds()
+	fmt.Printf("restore: keys=%d seconds=%.2f baseline-s=%.2f\n", same.keys, restoreS, baseRestoreS)
 	fmt.Printf("restore: ratio=%.2f (target < 1)\n", restoreS/baseRestoreS)
+
+	// Reshaped: the same backup into 2 and into 4 shards.
+	for _, shards := range []int{2, 4} {
+		r, err := b.restore(ctx, ns, spec(fmt.Sprintf("restored-%d", shards), shards, "snap"), m, want)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("restore-reshaped: shards=%d keys=%d seconds=%.2f balanced-s=%.2f writer-keys=%d\n",
+			shards, r.keys, r.active.Seconds(), r.balanced.Seconds(), len(want.before))
+	}
 	return nil
 }
 
-// cluster is an Active 3x1 cluster and clients to it.
-type cluster struct {
-	ns, name   string
-	operatorPw string
-	client     valkey.Client // cluster mode, default user
-	seed       string        // one server's address
+// restored is one restore's figures.
+type restored struct {
+	keys   int
+	active time.Duration // kubectl apply to Active
+	// balanced is kubectl apply to the slots balanced over the new shard count (a reshaped
+	// restore, which can report Active before its slots have moved); active otherwise.
+	balanced time.Duration
 }
 
-func (c *cluster) close() { c.client.Close() }
-
-// activeCluster applies a 3x1 cluster (restored from backup restoreFrom unless "") and waits
-// until it is Active, then connects.
-func (b *bench) activeCluster(ctx context.Context, ns, name, config, restoreFrom string) (*cluster, error) {
-	if err := b.applyCluster(ctx, ns, name, config, restoreFrom); err != nil {
-		return nil, err
-	}
-	if _, err := b.waitStatus(ctx, clusterGVR, ns, name, "state", "Active", *stepTimeout); err != nil {
-		return nil, err
-	}
-	password, err := b.secret(ctx, ns, name+"-auth", render.AuthPasswordKey)
-	if err != nil {
-		return nil, err
-	}
-	operatorPw, err := b.secret(ctx, ns, name+"-auth", render.AuthOperatorPasswordKey)
-	if err != nil {
-		return nil, err
-	}
-	ips, err := b.podIPs(ctx, ns, name)
-	if err != nil {
-		return nil, err
-	}
-	if len(ips) == 0 {
-		return nil, fmt.Errorf("%s/%s is Active without pod IPs", ns, name)
-	}
-	addrs := make([]string, len(ips))
-	for i, ip := range ips {
-		addrs[i] = net.JoinHostPort(ip, "6379")
-	}
-	c, err := valkey.NewClient(valkey.ClientOption{InitAddress: addrs, Password: password, DisableCache: true,
-		Dialer: net.Dialer{Timeout: 5 * time.Second}})
-	if err != nil {
-		return nil, err
-	}
-	return &cluster{ns: ns, name: name, operatorPw: operatorPw, client: c, seed: addrs[0]}, nil
-}
-
-// nodes is the cluster's CLUSTER NODES, asked as the operator's user.
-func (c *cluster) nodes(ctx context.Context) ([]model.ClusterNode, error) {
-	nc, err := c.nodeClient(c.seed)
-	if err != nil {
-		return nil, err
-	}
-	defer nc.Close()
-	text, err := nc.Do(ctx, nc.B().ClusterNodes().Build()).ToString()
-	if err != nil {
-		return nil, err
-	}
-	return model.ParseClusterNodes(text)
-}
-
-func (c *cluster) nodeClient(addr string) (valkey.Client, error) {
-	return valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, Username: model.OperatorUser, Password: c.operatorPw,
-		ForceSingleClient: true, DisableCache: true, Dialer: net.Dialer{Timeout: 5 * time.Second}})
-}
-
-// digest is the number of keys and a SHA-256 over every key and its value, sorted by key:
-// the keys come from SCAN on every primary holding slots, the values from pipelined GETs.
-func (c *cluster) digest(ctx context.Context) (int, string, error) {
-	view, err := c.nodes(ctx)
-	if err != nil {
-		return 0, "", err
-	}
-	var all []string
-	for _, n := range view {
-		if !n.IsPrimary() || len(n.Slots) == 0 {
-			continue
-		}
-		nc, err := c.nodeClient(n.Addr())
-		if err != nil {
-			return 0, "", err
-		}
-		cursor := uint64(0)
-		for {
-			e, err := nc.Do(ctx, nc.B().Scan().Cursor(cursor).Count(10000).Build()).AsScanEntry()
-			if err != nil {
-				nc.Close()
-				return 0, "", fmt.Errorf("SCAN on %s: %w", n.Addr(), err)
-			}
-			all = append(all, e.Elements...)
-			if cursor = e.Cursor; cursor == 0 {
-				break
-			}
-		}
-		nc.Close()
-	}
-	slices.Sort(all)
-	all = slices.Compact(all)
-	h := sha256.New()
-	const batch = 5000
-	for i := 0; i < len(all); i += batch {
-		part := all[i:min(len(all), i+batch)]
-		cmds := make(valkey.Commands, len(part))
-		for j, k := range part {
-			cmds[j] = c.client.B().Get().Key(k).Build()
-		}
-		for j, r := range c.client.DoMulti(ctx, cmds...) {
-			v, err := r.ToString()
-			if err != nil {
-				return 0, "", fmt.Errorf("GET %s: %w", part[j], err)
-			}
-			h.Write([]byte(part[j]))
-			h.Write([]byte{0})
-			h.Write([]byte(v))
-			h.Write([]byte{0})
-		}
-	}
-	return len(all), hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// rdbAndUpload times `valkey-cli --rdb` of every replica (in parallel) and then an rclone
-// upload of the files to bucket/prefix. Passwords and keys go through the environment only.
-func (c *cluster) rdbAndUpload(ctx context.Context, endpoint, bucket, prefix, accessKey, secretKey string) (float64, error) {
-	view, err := c.nodes(ctx)
-	if err != nil {
-		return 0, err
-	}
-	var replicas []string
-	for _, n := range view {
-		if n.IsReplica() && !n.Failing() {
-			replicas = append(replicas, n.Addr())
-		}
-	}
-	if len(replicas) != 3 {
-		return 0, fmt.Errorf("want 3 healthy replicas, CLUSTER NODES shows %d", len(replicas))
-	}
-	dir, err := os.MkdirTemp("", "bench-backup-rdb-")
-	if err != nil {
-		return 0, err
-	}
-	defer os.RemoveAll(dir)
-
+// restore creates the cluster of spec from its backup, times it from kubectl apply to
+// Active, checks it against want, and deletes it.
+func (b *bench) restore(ctx context.Context, ns string, spec clusterSpec, m *tlsMaterial, want source) (restored, error) {
 	start := time.Now()
-	errs := make([]error, len(replicas))
-	var wg sync.WaitGroup
-	for i, addr := range replicas {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			host, port, _ := net.SplitHostPort(addr)
-			cmd := exec.CommandContext(ctx, "valkey-cli", "-h", host, "-p", port, "--user", model.OperatorUser,
-				"--rdb", filepath.Join(dir, fmt.Sprintf("shard-%d.rdb", i)))
-			cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+c.operatorPw)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				errs[i] = fmt.Errorf("valkey-cli --rdb of %s: %v: %s", addr, err, out)
-			}
-		}()
+	c, took, err := b.activeCluster(ctx, ns, spec, m)
+	if err != nil {
+		return restored{}, fmt.Errorf("restore into %d shards: %w", spec.shards, err)
 	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return 0, err
-		}
+	defer c.close()
+	logf("%s: restore into %d shards Active %.2fs after kubectl apply", ns, spec.shards, took.Seconds())
+	r := restored{active: took, balanced: took}
+	if err := b.checkSlots(ctx, c, spec.shards, want.recorded); err != nil {
+		return restored{}, fmt.Errorf("restore into %d shards: %w", spec.shards, err)
 	}
-	rdbDone := time.Since(start)
-	cmd := exec.CommandContext(ctx, "rclone", "copy", "--s3-no-check-bucket", dir, "benchstore:"+bucket+"/"+prefix)
-	cmd.Env = append(rcloneEnviron(),
-		"RCLONE_CONFIG_BENCHSTORE_TYPE=s3",
-		"RCLONE_CONFIG_BENCHSTORE_PROVIDER=Other",
-		"RCLONE_CONFIG_BENCHSTORE_ENDPOINT="+endpoint,
-		"RCLONE_CONFIG_BENCHSTORE_REGION="+objectstore.Region,
-		"RCLONE_CONFIG_BENCHSTORE_ACCESS_KEY_ID="+accessKey,
-		"RCLONE_CONFIG_BENCHSTORE_SECRET_ACCESS_KEY="+secretKey)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return 0, fmt.Errorf("rclone copy: %v: %s", err, strings.ReplaceAll(string(out), secretKey, "<secret>"))
+	if spec.shards != len(want.recorded) {
+		r.balanced = time.Since(start)
 	}
-	total := time.Since(start)
-	logf("%s/%s baseline: --rdb of 3 replicas %.2fs, upload %.2fs", c.ns, c.name, rdbDone.Seconds(), (total - rdbDone).Seconds())
-	return total.Seconds(), nil
+	if r.keys, err = b.checkData(ctx, c, want); err != nil {
+		return restored{}, fmt.Errorf("restore into %d shards: %w", spec.shards, err)
+	}
+	c.close()
+	return r, b.deleteCluster(ctx, ns, spec.name)
 }
 
-// rcloneEnviron is this process's environment without AWS_* and RCLONE_* variables: the
-// host's own (an AWS_CA_BUNDLE, say) would otherwise steer, or break, the baseline's client,
-// which is configured for the dev store alone.
-func rcloneEnviron() []string {
-	return slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "AWS_") || strings.HasPrefix(kv, "RCLONE_")
-	})
+// checkSlots fails unless c serves the slot ranges recorded when it has as many shards as
+// recorded lists, else unless its slots are balanced over shards primaries and all covered.
+// A reshaped cluster may report Active before its slots have moved: that is polled for (two
+// minutes at most), and logged when it happens.
+func (b *bench) checkSlots(ctx context.Context, c *cluster, shards int, recorded [][]string) error {
+	slots, err := c.primarySlots(ctx)
+	if err != nil {
+		return err
+	}
+	if shards == len(recorded) {
+		if !slices.EqualFunc(slots, recorded, slices.Equal) {
+			return fmt.Errorf("the restored cluster serves slots %v, the backup recorded %v", slots, recorded)
+		}
+		return nil
+	}
+	if why := balanced(slots, shards); why != "" {
+		logf("%s/%s: Active, not balanced yet: %s", c.ns, c.name, why)
+		start := time.Now()
+		err := poll.Until(ctx, 250*time.Millisecond, 2*time.Minute, fmt.Sprintf("%s/%s slots balanced over %d primaries", c.ns, c.name, shards), func(ctx context.Context) (bool, string, error) {
+			if slots, err = c.primarySlots(ctx); err != nil {
+				return false, err.Error(), nil
+			}
+			why := balanced(slots, shards)
+			return why == "", why, nil
+		})
+		if err != nil {
+			return err
+		}
+		logf("%s/%s: balanced %.1fs after the first check", c.ns, c.name, time.Since(start).Seconds())
+	}
+	logf("%s/%s: slots %v", c.ns, c.name, slots)
+	return nil
+}
+
+// checkData fails unless c holds the source's keyPrefix keys byte for byte and every write
+// acknowledged before the backup started; it returns how many keyPrefix keys c holds.
+func (b *bench) checkData(ctx context.Context, c *cluster, want source) (int, error) {
+	n, digest, err := c.digest(ctx, keyPrefix)
+	if err != nil {
+		return 0, fmt.Errorf("digest: %w", err)
+	}
+	if n != want.keys || digest != want.digest {
+		return 0, fmt.Errorf("the restored %s keys differ from the source's: %d keys digest %s, source %d keys digest %s", keyPrefix, n, digest, want.keys, want.digest)
+	}
+	if err := checkWriterKeys(ctx, c.client, want.before); err != nil {
+		return 0, err
+	}
+	logf("%s/%s: %d %s keys, digest %s matches; the %d writes acknowledged before the backup started all present",
+		c.ns, c.name, n, keyPrefix, digest[:16], len(want.before))
+	return n, nil
 }
