@@ -33,12 +33,16 @@ const joiningNodeTimeout = 1000
 // settleTimeout bounds settle, which also runs after the caller's context ended.
 const settleTimeout = 5 * time.Second
 
-// freshNodes are the nodes that know nobody and own nothing: they get distinct config epochs
-// before they meet anyone (nodes at epoch 0 can accept gossip handing their slots away).
+// freshNodes are the new servers: they know nobody and have no config epoch. Most own
+// nothing; a server restored from a backup owns the slots its loaded keys hash to (it claims
+// them at start), and is as new: it gets the same preparation, or its replicas would wait out
+// the configured diskless-sync delay and it its configured rejoin delay. Each gets a distinct
+// config epoch before it meets anyone (nodes at epoch 0 can accept gossip handing their
+// slots away). A server that formed before has an epoch, or knows its peers from nodes.conf.
 func freshNodes(snap *model.Snapshot) []model.Node {
 	var out []model.Node
 	for _, st := range snap.Nodes {
-		if st.KnownNodes <= 1 && st.ConfigEpoch == 0 && len(st.Slots) == 0 {
+		if st.KnownNodes <= 1 && st.ConfigEpoch == 0 {
 			out = append(out, st.Node)
 		}
 	}
@@ -46,7 +50,7 @@ func freshNodes(snap *model.Snapshot) []model.Node {
 }
 
 // prepareFresh is what a fresh node runs before it meets anyone: its distinct config epoch,
-// no delay before its replicas' first sync (it is empty), and the lower timeout it forms at
+// no delay before its replicas' first sync (they all attach at once), and the lower timeout it forms at
 // (forming: a new cluster) when its configured one is known and higher. A new cluster's nodes
 // also turn replica failover off: at formingNodeTimeout a PONG late on a loaded machine can
 // get a primary marked FAIL, and its replica must not take its slots over.
