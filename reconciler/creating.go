@@ -341,7 +341,7 @@ func (r *Reconciler) planForming(ctx context.Context, p *pass) *outcome {
 			}
 			if loading := p.loadingShards(); len(loading) > 0 {
 				p.log.Info("waiting for restored servers to load their snapshot", "nodes", loading)
-				return done(ctrl.Result{RequeueAfter: r.opts.PollInterval}, nil)
+				return done(ctrl.Result{RequeueAfter: restoreLoadingPoll}, nil)
 			}
 			if out := r.bootstrap(ctx, p, t); out != nil {
 				return out
