@@ -131,12 +131,7 @@ func TestRestoreFromBackup(t *testing.T) {
 	res := w.Stop()
 	startedAt, err := time.Parse(time.RFC3339, bk.Get("status.startedAt").String())
 	require.NoError(t, err)
-	var before []int
-	for i, o := range res.Outcomes {
-		if o.Acked && o.End.Before(startedAt) {
-			before = append(before, i)
-		}
-	}
+	before := res.AckedBefore(startedAt)
 	require.NotEmpty(t, before, "the writer was acknowledged before the backup started")
 	var recorded [][]string
 	for _, s := range bk.Get("status.shards").Array() {

@@ -50,8 +50,8 @@ func freshNodes(snap *model.Snapshot) []model.Node {
 }
 
 // prepareFresh is what a fresh node runs before it meets anyone: its distinct config epoch,
-// no delay before its replicas' first sync (they all attach at once), and the lower timeout it forms at
-// (forming: a new cluster) when its configured one is known and higher. A new cluster's nodes
+// no delay before its replicas' first sync (they all attach at once), and the lower timeout
+// it forms at (forming: a new cluster) when its configured one is known and higher. A new cluster's nodes
 // also turn replica failover off: at formingNodeTimeout a PONG late on a loaded machine can
 // get a primary marked FAIL, and its replica must not take its slots over.
 func prepareFresh(n model.Node, epoch uint64, forming bool) [][]string {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/devcluster/objectstore"
 	"github.com/gomomento/valkey-operator/internal/loadgen"
+	"github.com/gomomento/valkey-operator/internal/valkeycli"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
@@ -50,9 +51,7 @@ func (c *cluster) rdbAndUpload(ctx context.Context, store objectstore.Access, pr
 			host, port, _ := net.SplitHostPort(addr)
 			args := append([]string{"-h", host, "-p", port, "--user", model.OperatorUser}, m.cliArgs()...)
 			args = append(args, "--rdb", filepath.Join(dir, fmt.Sprintf("shard-%d.rdb", i)))
-			cmd := exec.CommandContext(ctx, "valkey-cli", args...)
-			cmd.Env = append(os.Environ(), "REDISCLI_AUTH="+c.operatorPw)
-			if out, err := cmd.CombinedOutput(); err != nil {
+			if out, err := valkeycli.Command(ctx, c.operatorPw, args...).CombinedOutput(); err != nil {
 				errs[i] = fmt.Errorf("valkey-cli --rdb of %s: %v: %s", addr, err, out)
 			}
 		}()

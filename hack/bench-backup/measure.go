@@ -158,7 +158,9 @@ spec:
 	if err != nil {
 		return fmt.Errorf("status.startedAt: %w", err)
 	}
-	want.before = ackedBefore(res, startedAt)
+	// startedAt has whole seconds: writes acknowledged strictly before that second, never
+	// one the backup could have missed.
+	want.before = res.AckedBefore(startedAt)
 	logf("%s: writer stopped: %d writes acknowledged, %d failed, %d acknowledged before startedAt %s",
 		ns, len(res.Acked), res.Failed, len(want.before), startedAt.Format(time.RFC3339))
 	if len(want.before) == 0 {

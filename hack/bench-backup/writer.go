@@ -39,20 +39,6 @@ func startWriter(ctx context.Context, c valkey.Client) (*loadgen.Writer, error) 
 	return w, nil
 }
 
-// ackedBefore is the indexes of the writes acknowledged before t: what a backup whose
-// status.startedAt is t must hold. startedAt is truncated to the second, so "before t" is
-// strictly earlier than the second it names: conservative, never a write the backup could
-// have missed.
-func ackedBefore(res loadgen.Result, t time.Time) []int {
-	var out []int
-	for i, o := range res.Outcomes {
-		if o.Acked && o.End.Before(t) {
-			out = append(out, i)
-		}
-	}
-	return out
-}
-
 // checkWriterKeys fails unless every writer key of idx is in c with its value.
 func checkWriterKeys(ctx context.Context, c valkey.Client, idx []int) error {
 	missing, first := loadgen.Missing(ctx, c, writerPrefix, idx)

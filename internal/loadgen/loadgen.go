@@ -106,6 +106,18 @@ type Result struct {
 	Errors map[string]int
 }
 
+// AckedBefore is the indexes of the recorded writes (Options.Record) acknowledged before t:
+// what a snapshot that started at t must hold.
+func (r Result) AckedBefore(t time.Time) []int {
+	var out []int
+	for i, o := range r.Outcomes {
+		if o.Acked && o.End.Before(t) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // Value is the value written under index i.
 func Value(i int) string { return "v" + strconv.Itoa(i) }
 

@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -72,5 +73,24 @@ func TestPauseString(t *testing.T) {
 		"  +1.004s..+1.005s acknowledged"
 	if got := p.String(); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// AckedBefore keeps the acknowledged writes that ended strictly before t.
+func TestAckedBefore(t *testing.T) {
+	base := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	r := Result{Outcomes: outcomes(base, "+-++-+")} // ends at 100, 200, ... 600 ms
+	for _, tc := range []struct {
+		at   time.Duration
+		want []int
+	}{
+		{0, nil},
+		{300 * time.Millisecond, []int{0}}, // write 2 ends at 300 ms: not before
+		{301 * time.Millisecond, []int{0, 2}},
+		{time.Second, []int{0, 2, 3, 5}},
+	} {
+		if got := r.AckedBefore(base.Add(tc.at)); !slices.Equal(got, tc.want) {
+			t.Errorf("AckedBefore(+%s) = %v, want %v", tc.at, got, tc.want)
+		}
 	}
 }
