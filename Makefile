@@ -58,6 +58,12 @@ valkey-tools:
 
 prerequisites: controlplane objectstore valkey-image valkey-tools
 
+# PROMQLCHECK: a module of its own (Prometheus's PromQL parser stays out of the operator's
+# module graph) whose test checks the PromQL of examples/monitoring/ against the series the
+# operator and the exporter serve. `go test ./...` at the root skips nested modules, so lint
+# and unit name it; the go command fetches its modules on first use.
+PROMQLCHECK := hack/promqlcheck
+
 ## lint: gofmt and go vet (with every tier's tag, so tagged test files are vetted too)
 lint:
 	@files=(); while IFS= read -r f; do [[ -e $$f ]] && files+=("$$f"); done \
@@ -65,10 +71,13 @@ lint:
 	bad=$$(gofmt -l "$${files[@]}"); \
 	if [ -n "$$bad" ]; then echo "gofmt needed:"; echo "$$bad"; exit 1; fi
 	go vet -tags envtest,integration,e2e ./...
+	cd $(PROMQLCHECK) && go vet ./...
 
-## unit: the untagged tests: no control plane, no Docker, no Valkey
+## unit: the untagged tests: no control plane, no Docker, no Valkey; and the dashboard's and
+## alert rules' PromQL (hack/promqlcheck)
 unit:
 	$(GO_TEST) -timeout 5m ./...
+	cd $(PROMQLCHECK) && $(GO_TEST) -timeout 5m ./...
 
 ## envtest: tests tagged envtest: CRDs, manager and reconciler on a real kube-apiserver,
 ## and the dev cluster's own tests (its control plane and Docker pods)

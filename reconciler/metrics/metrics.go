@@ -16,6 +16,7 @@ import (
 
 	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/reconciler/backup"
+	"github.com/gomomento/valkey-operator/reconciler/metrics/series"
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
 )
@@ -53,26 +54,26 @@ func New(reg prometheus.Registerer) (*Recorder, error) {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, append(append([]string(nil), cl...), extra...))
 	}
 	r := &Recorder{
-		state:        gauge("valkey_cluster_state", "1 for the cluster's state (Creating, Invalid, Active), 0 for the others.", "state"),
-		shards:       gauge("valkey_cluster_shards_desired", "spec.shards."),
-		replicas:     gauge("valkey_cluster_replicas_per_shard_desired", "spec.replicasPerShard."),
-		nodes:        gauge("valkey_cluster_nodes", "ValkeyNodes by lifecycle (Joining, Active, Leaving).", "lifecycle"),
-		ready:        gauge("valkey_cluster_nodes_ready", "ValkeyNodes whose pods are ready."),
-		slots:        gauge("valkey_cluster_slots_assigned", "Slots assigned as the servers see them (16384 when the cluster serves every slot)."),
-		certExpiry:   gauge("valkey_cluster_tls_certificate_not_after_timestamp_seconds", "When the cluster's TLS certificate expires (Unix time); absent without TLS."),
-		lastBackup:   gauge("valkey_backup_last_success_timestamp_seconds", "When the cluster's latest ValkeyBackup completed (Unix time); absent until one has."),
+		state:        gauge(series.ClusterState, "1 for the cluster's state (Creating, Invalid, Active), 0 for the others.", "state"),
+		shards:       gauge(series.ShardsDesired, "spec.shards."),
+		replicas:     gauge(series.ReplicasPerShardDesired, "spec.replicasPerShard."),
+		nodes:        gauge(series.Nodes, "ValkeyNodes by lifecycle (Joining, Active, Leaving).", "lifecycle"),
+		ready:        gauge(series.NodesReady, "ValkeyNodes whose pods are ready."),
+		slots:        gauge(series.SlotsAssigned, "Slots assigned as the servers see them (16384 when the cluster serves every slot)."),
+		certExpiry:   gauge(series.CertNotAfter, "When the cluster's TLS certificate expires (Unix time); absent without TLS."),
+		lastBackup:   gauge(series.BackupLastSuccess, "When the cluster's latest ValkeyBackup completed (Unix time); absent until one has."),
 		latestBackup: map[types.NamespacedName]time.Time{},
-		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_cluster_topology_actions_total",
+		actions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: series.TopologyActions,
 			Help: "Topology actions on Active clusters by kind (CreateNodes, Replicate, Failover, ForceFailover, Takeover, Rebalance, MarkLeaving, Remove, Forget, Delete, ...) and result (ok, failed)."},
 			append(append([]string(nil), cl...), "action", "result")),
-		slotsMoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_cluster_slots_moved_total",
+		slotsMoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: series.SlotsMoved,
 			Help: "Slots whose ownership the operator moved to another primary (scaling, draining a leaving primary, rebalancing)."}, cl),
-		keysMoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_cluster_keys_moved_total",
+		keysMoved: prometheus.NewCounterVec(prometheus.CounterOpts{Name: series.KeysMoved,
 			Help: "Keys carried with the moved slots."}, cl),
-		stepErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "valkey_operator_reconcile_errors_total",
+		stepErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: series.ReconcileErrors,
 			Help: "Reconcile passes that ended in an error, by the step that failed."}, []string{"step"}),
 	}
-	r.backupScheduled = gauge("valkey_backup_scheduled", "1 while the cluster has a backup schedule that is not suspended, 0 otherwise.")
+	r.backupScheduled = gauge(series.BackupScheduled, "1 while the cluster has a backup schedule that is not suspended, 0 otherwise.")
 	for _, c := range []prometheus.Collector{r.state, r.shards, r.replicas, r.nodes, r.ready, r.slots, r.certExpiry, r.lastBackup, r.backupScheduled, r.actions, r.slotsMoved, r.keysMoved, r.stepErrors} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
