@@ -206,12 +206,7 @@ func (r *Reconciler) createPod(ctx context.Context, p *pass, n views.Node, annot
 	// The exporter's password file is rendered from the login (ensureAuthSecret), which
 	// cannot change before this pod's volumes are mounted: a new login is recorded only
 	// once every node is a ready server.
-	spec := n.Spec()
-	if n.Status().Lifecycle != views.LifecycleJoining {
-		// A node that has served fetches no snapshot again: its pod made anew (a durable
-		// node restarted on its volume) starts from its own data.
-		spec.Restore = nil
-	}
+	spec := podSpec(n)
 	pod := render.Pod(n.Name(), p.key.Namespace, spec, render.PodAnnotations(annotations, spec, p.operatorPassword))
 	pod.OwnerReferences = []metav1.OwnerReference{owner}
 	if err := r.client.Create(ctx, pod); err != nil {
@@ -223,6 +218,18 @@ func (r *Reconciler) createPod(ctx context.Context, p *pass, n views.Node, annot
 	p.log.Info("created Pod", "pod", pod.Name)
 	r.event(p, pod, ReasonPodCreated, "CreatePod", "Created Pod %s for ValkeyNode %s", pod.Name, n.Name())
 	return nil
+}
+
+// podSpec is the node spec n's pod is rendered from: the node's fixed spec, less the
+// snapshot to fetch once the node has served. Its pod made anew then (a durable node
+// restarted on its volume) starts from its own data. A node whose status was never written
+// has not served (views.Node.Status reads it as Joining): its pod still fetches.
+func podSpec(n views.Node) views.NodeSpec {
+	spec := n.Spec()
+	if n.Status().Lifecycle != views.LifecycleJoining {
+		spec.Restore = nil
+	}
+	return spec
 }
 
 // writeConcurrency bounds the API writes one pass makes at once (inParallel): enough for

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -52,6 +53,39 @@ func TestInParallel(t *testing.T) {
 				return
 			}
 			assert.ErrorIs(t, err, errOdd)
+		})
+	}
+}
+
+// TestPodSpecFetchesUntilServed: a node's pod fetches the snapshot its node was created with
+// until the node has served, including when the operator that created the node stopped
+// before writing its status (the successor makes the pod; without the snapshot its shard
+// would form empty). A node that has served starts from its own data.
+func TestPodSpecFetchesUntilServed(t *testing.T) {
+	restore := &views.NodeRestore{Object: "backups/snap/shard-2.rdb", Keys: 33311}
+	for _, tc := range []struct {
+		name      string
+		lifecycle string // "" = status never written
+		fetches   bool
+	}{
+		{"status never written", "", true},
+		{"Joining", views.LifecycleJoining, true},
+		{"Active", views.LifecycleActive, false},
+		{"Leaving", views.LifecycleLeaving, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := views.Node{U: views.NewNodeObject()}
+			n.SetSpec(views.NodeSpec{Shard: 2, Restore: restore})
+			if tc.lifecycle != "" {
+				n.SetStatus(views.NodeStatus{Lifecycle: tc.lifecycle})
+			}
+			spec := podSpec(n)
+			assert.Equal(t, 2, spec.Shard)
+			if tc.fetches {
+				assert.Equal(t, restore, spec.Restore)
+			} else {
+				assert.Nil(t, spec.Restore)
+			}
 		})
 	}
 }

@@ -98,7 +98,7 @@ func TestMissingFields(t *testing.T) {
 	n := views.Node{U: views.NewNodeObject()}
 	assert.Equal(t, views.NodeSpec{}, n.Spec())
 	assert.Equal(t, 0, n.Shard())
-	assert.Equal(t, views.NodeStatus{}, n.Status())
+	assert.Equal(t, views.NodeStatus{Lifecycle: views.LifecycleJoining}, n.Status(), "a node whose status was never written is Joining")
 
 	cfg := views.Config{U: views.NewConfigObject()}
 	assert.Equal(t, "", cfg.ImageRef())

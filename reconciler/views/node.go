@@ -105,7 +105,18 @@ type NodeStatus struct {
 	FailedStarts int64 `json:"failedStarts,omitempty"`
 }
 
-func (n Node) Status() NodeStatus { return decode[NodeStatus](n.U, statusKey) }
+// Status is the node's status. A node whose status was never written reads as Joining: the
+// operator writes Joining right after it creates a node, so a node without it is one whose
+// creator stopped in between (killed, or its status write failed) and it has served nothing.
+// Read as "no lifecycle", such a node of a restored cluster once had its pod made without the
+// snapshot it was created to fetch, and its shard formed empty.
+func (n Node) Status() NodeStatus {
+	s := decode[NodeStatus](n.U, statusKey)
+	if s.Lifecycle == "" {
+		s.Lifecycle = LifecycleJoining
+	}
+	return s
+}
 
 // SetStatus writes the whole status: the operator owns every field of it.
 func (n Node) SetStatus(s NodeStatus) { encode(n.U, statusKey, &s) }
