@@ -49,7 +49,7 @@ type clusterMemory struct {
 	restore *restoring
 	// zones is the availability-zone each pod's server holds, by pod UID (zones.go). Lost on
 	// restart: each server's setting is read once more.
-	zones map[types.UID]string
+	zones map[types.UID]zoneHeld
 }
 
 // with runs fn on key's entry under the lock, creating the entry if there is none.

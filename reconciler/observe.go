@@ -19,7 +19,8 @@ type Reads interface {
 	// ServedCertificate is the certificate node presents in a TLS handshake (a read, no
 	// command), checked against the cluster CA but not for expiry.
 	ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error)
-	// AvailabilityZone reads node's availability-zone setting ("" when unset).
+	// AvailabilityZone reads node's availability-zone setting ("" when unset;
+	// model.ErrUnsupported for a release without it).
 	AvailabilityZone(ctx context.Context, node model.Node) (string, error)
 }
 

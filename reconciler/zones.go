@@ -29,16 +29,23 @@ type ZoneWrites interface {
 	SetAvailabilityZone(ctx context.Context, node model.Node, zone string) error
 }
 
+// zoneHeld is what a server holds: its zone, or that its release has no such setting (so it
+// is never set, nor read again).
+type zoneHeld struct {
+	zone        string
+	unsupported bool
+}
+
 // zoneMember is one member as the zones planner sees it.
 type zoneMember struct {
 	name string
 	// want is the zone label of the Kubernetes node its pod is bound to ("" without one).
 	want string
-	// held is the zone the memory says the server holds, if known.
-	held  string
+	// held is what the memory says the server holds, if known.
+	held  zoneHeld
 	known bool
 	// read is what this pass's observation read of the server, if it was read.
-	read   string
+	read   zoneHeld
 	readOK bool
 }
 
@@ -61,13 +68,15 @@ func zonesToRead(members []zoneMember) []string {
 
 // planZones decides which servers are set to which zone: those known, or just read, to hold
 // another zone than their node's. A server not known and not read (unreachable this pass)
-// waits for the next pass.
+// waits for the next pass; one whose release has no such setting is left alone.
 func planZones(members []zoneMember) []zoneSet {
 	var out []zoneSet
 	for _, m := range members {
-		switch {
-		case m.want == "":
-		case m.known && m.held != m.want, !m.known && m.readOK && m.read != m.want:
+		now, ok := m.held, m.known
+		if !ok {
+			now, ok = m.read, m.readOK
+		}
+		if m.want != "" && ok && !now.unsupported && now.zone != m.want {
 			out = append(out, zoneSet{m.name, m.want})
 		}
 	}
@@ -79,7 +88,7 @@ func planZones(members []zoneMember) []zoneSet {
 func (r *Reconciler) zoneMembers(p *pass) []zoneMember {
 	// The map is replaced, never changed, once stored (rememberZones), and a cluster's
 	// passes never run two at a time: it is safe to read outside the lock.
-	var held map[types.UID]string
+	var held map[types.UID]zoneHeld
 	r.memory.peek(p.key, func(c *clusterMemory) { held = c.zones })
 	out := make([]zoneMember, 0, len(p.members))
 	for _, m := range p.members {
@@ -90,8 +99,9 @@ func (r *Reconciler) zoneMembers(p *pass) []zoneMember {
 		zm := zoneMember{name: m.Name, want: p.zones[pod.Spec.NodeName]}
 		zm.held, zm.known = held[pod.UID]
 		if p.seen != nil {
-			if got, ok := p.seen.zones[m.Name]; ok && got.err == nil {
-				zm.read, zm.readOK = got.zone, true
+			if got, ok := p.seen.zones[m.Name]; ok {
+				zm.read.zone, zm.read.unsupported = got.zone, errors.Is(got.err, model.ErrUnsupported)
+				zm.readOK = got.err == nil || zm.read.unsupported
 			}
 		}
 		out = append(out, zm)
@@ -110,7 +120,9 @@ type zoneRead struct {
 	err  error
 }
 
-// readZones reads the setting of the named members the snapshot reached.
+// readZones reads the setting of the named members the snapshot reached; one it did not
+// reach is not dialled again (as in readAuth: a dark zone's connections hang until the
+// deadline), and is read on a later pass.
 func readZones(ctx context.Context, reads Reads, members []model.Node, names []string, snap *model.Snapshot) map[string]zoneRead {
 	var nodes []model.Node
 	for _, m := range members {
@@ -135,7 +147,7 @@ func readZones(ctx context.Context, reads Reads, members []model.Node, names []s
 func (r *Reconciler) setZones(ctx context.Context, p *pass) *outcome {
 	members := r.zoneMembers(p)
 	sets := planZones(members)
-	held := map[string]string{}
+	held := map[string]zoneHeld{}
 	for _, m := range members {
 		switch {
 		case m.known:
@@ -157,7 +169,7 @@ func (r *Reconciler) setZones(ctx context.Context, p *pass) *outcome {
 				delete(held, s.name)
 				continue
 			}
-			held[s.name] = s.zone
+			held[s.name] = zoneHeld{zone: s.zone}
 			p.log.V(1).Info("availability zone set", "node", s.name, "zone", s.zone)
 		}
 		if err := errors.Join(errs...); err != nil {
@@ -172,13 +184,13 @@ func (r *Reconciler) setZones(ctx context.Context, p *pass) *outcome {
 // member whose setting is known after this pass, so a member missing from it (a set that
 // failed) is forgotten and read again. Pods that are not members this pass (not ready) keep
 // what was known of them; pods that are gone are dropped.
-func (r *Reconciler) rememberZones(p *pass, byName map[string]string) {
+func (r *Reconciler) rememberZones(p *pass, byName map[string]zoneHeld) {
 	members := map[string]bool{}
 	for _, m := range p.members {
 		members[m.Name] = true
 	}
 	r.memory.with(p.key, func(c *clusterMemory) {
-		next := make(map[types.UID]string, len(p.pods))
+		next := make(map[types.UID]zoneHeld, len(p.pods))
 		for name, pod := range p.pods {
 			if z, ok := byName[name]; ok {
 				next[pod.UID] = z

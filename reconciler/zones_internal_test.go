@@ -16,7 +16,8 @@ import (
 
 // TestPlanZones: a server is read only when its node has a zone and the memory does not know
 // it; it is set when known or read to hold another zone; a node without a zone, a server
-// holding its zone, or one that could not be read plans nothing.
+// holding its zone, one that could not be read, or one whose release has no such setting
+// plans nothing.
 func TestPlanZones(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -26,12 +27,14 @@ func TestPlanZones(t *testing.T) {
 	}{
 		{"new server, read empty", zoneMember{want: "a", readOK: true}, true, "a"},
 		{"new server, not read yet", zoneMember{want: "a"}, true, ""},
-		{"new server, read holding its zone (operator restarted)", zoneMember{want: "a", read: "a", readOK: true}, true, ""},
-		{"new server, read holding another zone", zoneMember{want: "a", read: "b", readOK: true}, true, "a"},
-		{"known, holding its zone (idle)", zoneMember{want: "a", held: "a", known: true}, false, ""},
-		{"known, node's zone changed", zoneMember{want: "b", held: "a", known: true}, false, "b"},
+		{"new server, read holding its zone (operator restarted)", zoneMember{want: "a", read: zoneHeld{zone: "a"}, readOK: true}, true, ""},
+		{"new server, read holding another zone", zoneMember{want: "a", read: zoneHeld{zone: "b"}, readOK: true}, true, "a"},
+		{"new server, read without the setting", zoneMember{want: "a", read: zoneHeld{unsupported: true}, readOK: true}, true, ""},
+		{"known, holding its zone (idle)", zoneMember{want: "a", held: zoneHeld{zone: "a"}, known: true}, false, ""},
+		{"known, node's zone changed", zoneMember{want: "b", held: zoneHeld{zone: "a"}, known: true}, false, "b"},
+		{"known, without the setting", zoneMember{want: "b", held: zoneHeld{unsupported: true}, known: true}, false, ""},
 		{"node without a zone", zoneMember{}, false, ""},
-		{"node without a zone, known", zoneMember{held: "a", known: true}, false, ""},
+		{"node without a zone, known", zoneMember{held: zoneHeld{zone: "a"}, known: true}, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.member
@@ -55,12 +58,16 @@ func TestPlanZones(t *testing.T) {
 type zoneServers struct {
 	Reads
 	held        map[string]string
+	old         map[string]bool // releases without the setting
 	reads, sets int
 	refuse      bool
 }
 
 func (z *zoneServers) AvailabilityZone(_ context.Context, n model.Node) (string, error) {
 	z.reads++
+	if z.old[n.Name] {
+		return "", model.ErrUnsupported
+	}
 	return z.held[n.Name], nil
 }
 
@@ -76,9 +83,10 @@ func (z *zoneServers) SetAvailabilityZone(_ context.Context, n model.Node, zone 
 // TestZonesConcern runs the concern's passes over one 3-node cluster: the first reads and
 // sets each server; an idle pass sends nothing; a restarted operator reads each server once
 // and sets none; a replaced pod is read and set; a node whose zone changed is set without a
-// read; a failed set is tried again on the next pass.
+// read; a failed set is tried again on the next pass; a release without the setting is read
+// once and left alone.
 func TestZonesConcern(t *testing.T) {
-	srv := &zoneServers{held: map[string]string{}}
+	srv := &zoneServers{held: map[string]string{}, old: map[string]bool{}}
 	r := &Reconciler{}
 	key := types.NamespacedName{Namespace: "ns", Name: "c"}
 	nodeOf := map[string]string{"n0": "k0", "n1": "k1", "n2": "k2"}
@@ -129,7 +137,15 @@ func TestZonesConcern(t *testing.T) {
 	check("after a failed set", 1, 1)
 	check("idle again", 0, 0)
 
-	delete(zones, "k0")
+	uids["n0"], srv.old["n0"] = "u0-old-release", true
+	reads, sets = pass()
+	assert.Equal(t, 1, reads, "the new server is read")
+	assert.Zero(t, sets, "a release without the setting is not set")
+	reads, sets = pass()
+	assert.Zero(t, reads+sets, "nor read again")
+
+	delete(zones, "k1")
+	uids["n1"] = "u1-unlabelled"
 	reads, sets = pass()
 	assert.Zero(t, reads+sets, "a node without a zone costs nothing")
 }

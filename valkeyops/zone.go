@@ -11,7 +11,8 @@ import (
 // with CONFIG SET and CONFIG GET, though its HELLO does not report it.
 const availabilityZone = "availability-zone"
 
-// AvailabilityZone reads node's availability-zone setting ("" when unset).
+// AvailabilityZone reads node's availability-zone setting ("" when unset). A release without
+// the setting answers CONFIG GET with nothing: that is model.ErrUnsupported.
 func (a *Admin) AvailabilityZone(ctx context.Context, node model.Node) (string, error) {
 	msg, err := a.cmd(ctx, node, "zone-read", "CONFIG", "GET", availabilityZone)
 	if err != nil {
@@ -21,7 +22,11 @@ func (a *Admin) AvailabilityZone(ctx context.Context, node model.Node) (string, 
 	if err != nil {
 		return "", model.NewOpError(node.Name, "zone-read", err)
 	}
-	return kv[availabilityZone], nil
+	zone, ok := kv[availabilityZone]
+	if !ok {
+		return "", model.NewOpError(node.Name, "zone-read", model.ErrUnsupported)
+	}
+	return zone, nil
 }
 
 // SetAvailabilityZone sets node's availability-zone live. The setting is not in the node's
