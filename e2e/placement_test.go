@@ -23,7 +23,8 @@ const zoneLabel = "topology.kubernetes.io/zone"
 // scheduler placed across the dev cluster's 6 nodes in 3 zones: `zoneSpread: required` puts
 // each shard's primary and replica in different zones, `zones: [zone-a]` keeps every pod in
 // zone-a, and a nodeSelector no node matches leaves the pods Pending, the cluster Creating and
-// a Warning Event that says why.
+// a Warning Event that says why. Each server's availability-zone is set live to its node's
+// zone.
 func TestPlacementAfterScheduling(t *testing.T) {
 	n := newNamespace(t, "e2e-place")
 	applyMenu(n)
@@ -48,6 +49,14 @@ func TestPlacementAfterScheduling(t *testing.T) {
 			assert.NotEqual(t, z[0], z[1], "shard %s: primary and replica share zone %s", shard, z[0])
 		}
 	}
+	n.eventually(30*time.Second, 250*time.Millisecond, "every server's availability-zone is its node's zone", func() (bool, string, error) {
+		want := map[string]string{}
+		for _, p := range n.podsByName("spread") {
+			want[p.Status.PodIP] = "availability-zone " + zones[p.Spec.NodeName]
+		}
+		got := n.eachServer("spread", "CONFIG", "GET", "availability-zone")
+		return assert.ObjectsAreEqual(want, got), fmt.Sprintf("want %v, got %v", want, got), nil
+	})
 
 	n.waitState("zoned", "Active", 3*time.Minute)
 	pods := n.podsByName("zoned")

@@ -19,16 +19,18 @@ type concern struct {
 // concerns is the registry of the Active phase, in order of precedence. Credentials come
 // first: a password rotation's switch of the operator's own login ends the pass, so nothing
 // else acts with the login it replaces. Certificates come next and never end a pass (a node
-// waiting for its volume asks for an early one). Topology comes last and performs at most one
-// action per pass. Each plans with a pure function of the observation and the desired spec,
-// then acts through its own port: credentials with planCredentials (live_acl.go), certificates
-// with certRollout.plan (live_tls.go), topology with plan.Next (which also forms a Creating
+// waiting for its volume asks for an early one), then availability zones, which never end one
+// either. Topology comes last and performs at most one action per pass. Each plans with a pure
+// function of the observation and the desired spec, then acts through its own port:
+// credentials with planCredentials (live_acl.go), certificates with certRollout.plan
+// (live_tls.go), zones with planZones (zones.go), topology with plan.Next (which also forms a Creating
 // cluster, in its forming mode). A new concern (persistence, backup) declares its port and its
 // planner beside its code, adds what it reads to reading, and one line here.
 func (r *Reconciler) concerns() []concern {
 	return []concern{
 		{"sync-credentials", credentialsNeed, r.syncCredentials},
 		{"rotate-certificates", certificatesNeed, r.rotateCertificates},
+		{"set-zones", zonesNeed, r.setZones},
 		{"plan-and-act", nil, r.planActive},
 	}
 }
@@ -39,6 +41,8 @@ type reading struct {
 	// against; "" reads none.
 	credentials  string
 	certificates bool
+	// zones names the members whose availability-zone setting is to be read (zones.go).
+	zones []string
 }
 
 // needs is what this pass's observation reads for every registered concern.
@@ -51,6 +55,7 @@ func (r *Reconciler) needs(p *pass) reading {
 		n := c.needs(r, p)
 		all.credentials = cmp.Or(all.credentials, n.credentials)
 		all.certificates = all.certificates || n.certificates
+		all.zones = append(all.zones, n.zones...)
 	}
 	return all
 }

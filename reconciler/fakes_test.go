@@ -96,6 +96,7 @@ type fakeValkey struct {
 	topology *fakeTopologyState
 	creds    *fakeCredentialState
 	certs    *fakeCertificateState
+	zones    *fakeZoneState
 }
 
 func newFakeValkey() *fakeValkey {
@@ -103,7 +104,7 @@ func newFakeValkey() *fakeValkey {
 		creds: map[types.NamespacedName]valkeyops.Credentials{},
 		calls: map[types.NamespacedName]int{}, writes: map[types.NamespacedName]int{},
 	}
-	return &fakeValkey{wire: w, topology: newFakeTopologyState(w), creds: newFakeCredentialState(w), certs: newFakeCertificateState(w)}
+	return &fakeValkey{wire: w, topology: newFakeTopologyState(w), creds: newFakeCredentialState(w), certs: newFakeCertificateState(w), zones: newFakeZoneState(w)}
 }
 
 func (f *fakeValkey) block(key types.NamespacedName, on bool) { f.topology.block(key, on) }
@@ -132,11 +133,11 @@ func (f *fakeValkey) Connect(_ context.Context, key types.NamespacedName, cred v
 
 // servers is one cluster's ports, each served by its own fake.
 func (f *fakeValkey) servers(key types.NamespacedName) *reconciler.Servers {
-	topo, creds, certs := f.topology.cluster(key), f.creds.cluster(key), f.certs.cluster(key)
+	topo, creds, certs, zones := f.topology.cluster(key), f.creds.cluster(key), f.certs.cluster(key), f.zones.cluster(key)
 	return &reconciler.Servers{
-		Reads:    fakeReads{observe: topo, auth: creds, certs: certs},
+		Reads:    fakeReads{observe: topo, auth: creds, certs: certs, zones: zones},
 		Topology: topo, Failovers: topo, Credentials: creds, Certificates: certs,
-		Membership: noMoves{},
+		Membership: noMoves{}, Zones: zones,
 	}
 }
 
@@ -223,7 +224,8 @@ func (w *fakeWire) lastCredentials(key types.NamespacedName) valkeyops.Credentia
 }
 
 // fakeReads is the Reads port composed of the read halves of the per-port fakes: the
-// topology's snapshot, the credentials' users, the certificates' served certificate.
+// topology's snapshot, the credentials' users, the certificates' served certificate, the
+// servers' availability zones.
 type fakeReads struct {
 	observe interface {
 		Observe(ctx context.Context, nodes []model.Node) (*model.Snapshot, error)
@@ -233,6 +235,9 @@ type fakeReads struct {
 	}
 	certs interface {
 		ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error)
+	}
+	zones interface {
+		AvailabilityZone(ctx context.Context, node model.Node) (string, error)
 	}
 }
 
@@ -246,6 +251,10 @@ func (r fakeReads) ReadAuth(ctx context.Context, nodes []model.Node) ([]model.Au
 
 func (r fakeReads) ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error) {
 	return r.certs.ServedCertificate(ctx, node)
+}
+
+func (r fakeReads) AvailabilityZone(ctx context.Context, node model.Node) (string, error) {
+	return r.zones.AvailabilityZone(ctx, node)
 }
 
 // passCounter is the suite's reconciler.Metrics: it counts passes per cluster, so tests can

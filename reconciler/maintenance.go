@@ -36,10 +36,10 @@ func inMaintenance(node *corev1.Node) bool {
 }
 
 // loadMaintenance records which of the Kubernetes nodes running the pass's pods are in
-// maintenance. A node the cache does not show (deleted meanwhile) is not: its pods are lost
-// and replaced anyway.
+// maintenance, and their zones (zones.go). A node the cache does not show (deleted
+// meanwhile) is not in maintenance: its pods are lost and replaced anyway.
 func (r *Reconciler) loadMaintenance(ctx context.Context, p *pass) error {
-	p.maintenance = map[string]bool{}
+	p.maintenance, p.zones = map[string]bool{}, map[string]string{}
 	for _, pod := range p.pods {
 		name := pod.Spec.NodeName
 		if name == "" {
@@ -57,6 +57,7 @@ func (r *Reconciler) loadMaintenance(ctx context.Context, p *pass) error {
 			return err
 		default:
 			p.maintenance[name] = inMaintenance(node)
+			p.zones[name] = nodeZone(node)
 		}
 	}
 	return nil
@@ -98,7 +99,7 @@ func (r *Reconciler) nodeToClusters(ctx context.Context, o client.Object) []reco
 	return out
 }
 
-// nodeSchedulingOnly trims a cached Node to what inMaintenance reads: a node's status
+// nodeSchedulingOnly trims a cached Node to what inMaintenance and nodeZone read: a node's status
 // (images, conditions, addresses) is most of its size and changes with every heartbeat.
 func nodeSchedulingOnly(o any) (any, error) {
 	n, ok := o.(*corev1.Node)

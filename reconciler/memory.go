@@ -47,6 +47,9 @@ type clusterMemory struct {
 	// restore is the manifest of the backup a Creating cluster is restored from
 	// (restore.go). Lost on restart: read again from the object store.
 	restore *restoring
+	// zones is the availability-zone each pod's server holds, by pod UID (zones.go). Lost on
+	// restart: each server's setting is read once more.
+	zones map[types.UID]zoneHeld
 }
 
 // with runs fn on key's entry under the lock, creating the entry if there is none.

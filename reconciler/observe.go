@@ -19,6 +19,9 @@ type Reads interface {
 	// ServedCertificate is the certificate node presents in a TLS handshake (a read, no
 	// command), checked against the cluster CA but not for expiry.
 	ServedCertificate(ctx context.Context, node model.Node) (*x509.Certificate, error)
+	// AvailabilityZone reads node's availability-zone setting ("" when unset;
+	// model.ErrUnsupported for a release without it).
+	AvailabilityZone(ctx context.Context, node model.Node) (string, error)
 }
 
 // observation is what one pass read of the servers: one read under one deadline
@@ -37,6 +40,9 @@ type observation struct {
 	credentialInputs string
 	// certs is the certificate each member serves, by name; nil without TLS.
 	certs map[string]servedCertificate
+	// zones is the availability-zone setting of the members read for it (zones.go), by
+	// name; only servers the memory does not know are read.
+	zones map[string]zoneRead
 }
 
 // servedCertificate is the certificate a node presented, or why none could be read.
@@ -62,6 +68,9 @@ func (r *Reconciler) observe(ctx context.Context, p *pass, want reading) *outcom
 		}
 		if want.certificates {
 			seen.certs = readCertificates(octx, p.valkey.Reads, p.members)
+		}
+		if len(want.zones) > 0 {
+			seen.zones = readZones(octx, p.valkey.Reads, p.members, want.zones, snap)
 		}
 	}
 	if interrupted(rctx) {

@@ -200,6 +200,8 @@ type pass struct {
 	// maintenance: the Kubernetes nodes running the pass's pods, true for those in
 	// maintenance (maintenance.go).
 	maintenance map[string]bool
+	// zones: the zone label of those Kubernetes nodes, by name ("" without one; zones.go).
+	zones map[string]string
 	// certNotAfter is when the validated TLS certificate expires (zero without TLS).
 	certNotAfter time.Time
 	// servedExpired is the earliest NotAfter of an expired certificate that a node still

@@ -46,6 +46,9 @@ var (
 	// ErrUnsafe means the operation was refused because doing it would risk data (for example
 	// turning a node that owns slots into a replica, or moving slots while the cluster is failing).
 	ErrUnsafe = errors.New("refused: unsafe")
+	// ErrUnsupported means the server's release does not have the setting or command asked
+	// for (availability-zone before Valkey 8.0).
+	ErrUnsupported = errors.New("not supported by this server's release")
 	// ErrInvalidSpec means caller input (nodes, shard counts, ACL spec) is invalid.
 	ErrInvalidSpec = errors.New("invalid input")
 	// ErrUntrustedCertificate means a server presented a certificate that does not verify
