@@ -26,6 +26,8 @@ import (
 	"github.com/gomomento/valkey-operator/integration/harness"
 	"github.com/gomomento/valkey-operator/internal/poll"
 	"github.com/gomomento/valkey-operator/objectstore"
+	"github.com/gomomento/valkey-operator/reconciler/render"
+	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"github.com/gomomento/valkey-operator/valkeyops/snapshot"
 )
@@ -42,8 +44,11 @@ import (
 // both releases (9.1 sends the Redis-compatible format to a SYNC client that announces no
 // version of its own), so the too-new case is 9.1's own dump.rdb, written by SAVE: RDB 80,
 // which an 8.0 server does not load. The manager binary's restore-fetch, run with the
-// env the operator renders, exits 0 having placed the file, and 2 on a mismatch with the
-// message in its termination log; no credential appears in its output.
+// env the operator renders, exits 0 having placed the file (as dump.rdb, and with the AOF
+// variables as an AOF's base), and 2 on a mismatch with the message in its termination log;
+// no credential appears in its output. On 9.1 only (one release keeps the tier's time), the
+// snapshot is also restored into a server that keeps an AOF, in modes AOF and RDBAndAOF
+// (restoreIntoAOF).
 func TestRestoreFetch(t *testing.T) {
 	requireDocker(t)
 	manager := buildManager(t)
@@ -127,6 +132,13 @@ func TestRestoreFetch(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, after.Started)
 
+			if !strings.HasPrefix(version, "8.") {
+				// One release only, to keep the tier's time: 9.1, whose AOF loader is the newer.
+				for _, mode := range []string{views.PersistenceAOF, views.PersistenceRDBAndAOF} {
+					t.Run("into "+mode, func(t *testing.T) { restoreIntoAOF(t, ctx, s, store, want, mode, keys, wantDigest) })
+				}
+			}
+
 			// Refusals.
 			other := strings.Repeat("0", 64)
 			refusals := []fetchRefusal{
@@ -180,7 +192,7 @@ func TestRestoreFetch(t *testing.T) {
 			// The binary, as the init container runs it.
 			t.Run("manager restore-fetch", func(t *testing.T) {
 				bin := manager(t)
-				run := func(w snapshot.Wanted) (int, string, string, string) {
+				run := func(w snapshot.Wanted, extraEnv ...string) (int, string, string, string) {
 					term := filepath.Join(t.TempDir(), "termination-log")
 					cmd := osexec.CommandContext(ctx, bin, "restore-fetch")
 					cmd.Env = []string{
@@ -199,6 +211,7 @@ func TestRestoreFetch(t *testing.T) {
 						snapshot.EnvRestoreDir + "=" + w.Dir,
 						snapshot.EnvRestoreTerminationLog + "=" + term,
 					}
+					cmd.Env = append(cmd.Env, extraEnv...)
 					var stdout, stderr bytes.Buffer
 					cmd.Stdout, cmd.Stderr = &stdout, &stderr
 					err := cmd.Run()
@@ -224,6 +237,19 @@ func TestRestoreFetch(t *testing.T) {
 				sum, _ := fileSHA256(t, filepath.Join(w.Dir, snapshot.DumpFile))
 				assert.Equal(t, res.SHA256, sum)
 
+				// As the operator renders it for a server that keeps an AOF.
+				aof := snapshot.AOFLayout{Dir: render.AOFDirName, File: render.AOFFileName}
+				w.Dir = dataDir(t)
+				code, stdout, stderr, msg = run(w, snapshot.EnvRestoreAOFDir+"="+aof.Dir, snapshot.EnvRestoreAOFFile+"="+aof.File)
+				assert.Equal(t, 0, code, "stderr: %s", stderr)
+				base, manifest := filepath.Join(w.Dir, aof.Dir, aof.BaseFile()), filepath.Join(w.Dir, aof.Dir, aof.ManifestFile())
+				assert.Contains(t, stdout, fmt.Sprintf("shard 0: %s placed: %d bytes", base, res.Bytes))
+				assert.Contains(t, stdout, fmt.Sprintf("shard 0: %s names it as the AOF's base", manifest))
+				assert.Empty(t, msg, "no termination message on success")
+				sum, _ = fileSHA256(t, base)
+				assert.Equal(t, res.SHA256, sum)
+				assertNoFile(t, w.Dir, snapshot.DumpFile)
+
 				w.Dir, w.SHA256 = dataDir(t), other
 				code, stdout, stderr, msg = run(w)
 				assert.Equal(t, 2, code, "a mismatch is permanent")
@@ -236,6 +262,70 @@ func TestRestoreFetch(t *testing.T) {
 			})
 		})
 	}
+}
+
+// restoreIntoAOF: the shard's snapshot fetched for a server that keeps an AOF (persistence
+// mode, with the AOF names the operator renders the init container with) is placed as the
+// base of a one-part AOF with its manifest, and no dump.rdb; a server started on the
+// directory with the mode's directives as the operator renders them runs with appendonly
+// yes, loads every key of the snapshot from that base, and has added its own incremental
+// file to the manifest.
+func restoreIntoAOF(t *testing.T, ctx context.Context, s *snapshotSource, store snapshot.Getter, want snapshot.Wanted, mode string, keys int64, wantDigest string) {
+	aof := snapshot.AOFLayout{Dir: render.AOFDirName, File: render.AOFFileName}
+	dir := dataDir(t)
+	want.Dir, want.AOF = dir, &aof
+	got, err := snapshot.Fetch(ctx, store, want)
+	require.NoError(t, err)
+	aofDir := filepath.Join(dir, aof.Dir)
+	assert.Equal(t, filepath.Join(aofDir, aof.BaseFile()), got.Path)
+	assert.Equal(t, filepath.Join(aofDir, aof.ManifestFile()), got.Manifest)
+	sum, size := fileSHA256(t, got.Path)
+	assert.Equal(t, want.SHA256, sum)
+	assert.Equal(t, want.Bytes, size)
+	placed, err := os.ReadFile(got.Manifest)
+	require.NoError(t, err)
+	assert.Equal(t, "file appendonly.aof.1.base.rdb seq 1 type b\n", string(placed))
+	assertNoFile(t, dir, snapshot.DumpFile)
+	again, err := snapshot.Fetch(ctx, store, want)
+	require.NoError(t, err)
+	assert.True(t, again.AlreadyThere, "a second fetch keeps the base and the manifest")
+
+	// In a pod the fetcher runs as the server's user; here it ran as this test's.
+	for _, p := range []string{aofDir, got.Path, got.Manifest} {
+		require.NoError(t, os.Chown(p, 999, 999))
+	}
+	var args []string
+	for k, v := range render.PersistenceDirectives(views.Persistence{Mode: mode}) {
+		args = append(args, "--"+k)
+		if words := strings.Fields(v); len(words) > 0 {
+			args = append(args, words...)
+		} else {
+			args = append(args, "")
+		}
+	}
+	node, err := s.f.env.StartNodeOnDir(ctx, 0, dir, args...)
+	require.NoError(t, err)
+	reply := s.do(t, node, model.OperatorUser, operatorPassword, "CONFIG", "GET", "appendonly")
+	on, err := reply.AsStrMap()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"appendonly": "yes"}, on, "the server keeps an AOF")
+	assert.Equal(t, keys, s.dbsize(t, node), "every key loaded from the AOF's base")
+	s.do(t, node, model.OperatorUser, operatorPassword, "CONFIG", "SET", "cluster-require-full-coverage", "no")
+	require.NoError(t, poll.Until(ctx, 20*time.Millisecond, 10*time.Second, "restored node serves its slots", func(context.Context) (bool, string, error) {
+		v := s.do(t, node, model.OperatorUser, operatorPassword, "CLUSTER", "INFO")
+		text, err := v.ToString()
+		return strings.Contains(text, "cluster_state:ok"), "cluster state not ok", err
+	}))
+	restored, _ := s.digest(t, node)
+	assert.Equal(t, wantDigest, restored, "every key, type, encoding, value and TTL presence as on the source")
+	// The server took the AOF over: its manifest keeps the base and names its own
+	// incremental file, which it created.
+	now, err := os.ReadFile(got.Manifest)
+	require.NoError(t, err)
+	assert.Contains(t, string(now), "file appendonly.aof.1.base.rdb seq 1 type b\n")
+	assert.Contains(t, string(now), "file appendonly.aof.1.incr.aof seq 1 type i\n")
+	_, err = os.Stat(filepath.Join(aofDir, "appendonly.aof.1.incr.aof"))
+	assert.NoError(t, err, "the server's incremental file")
 }
 
 // dataDir is an empty directory the Valkey containers' user (999:999) may write: a data

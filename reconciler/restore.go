@@ -152,15 +152,12 @@ func (r *Reconciler) loadRestore(ctx context.Context, p *pass, src views.Restore
 	return rs, "", nil
 }
 
-// restorable refuses what this operator cannot restore into: no image to fetch with, and a
-// persistence mode with an AOF, whose server would load its (empty) AOF rather than the
-// snapshot (docs/design/backup-restore.md §4.5).
-func (r *Reconciler) restorable(p *pass) string {
-	switch {
-	case r.opts.RestoreImage == "":
+// restorable refuses what this operator cannot restore into: a cluster it has no image to
+// fetch with. Every persistence mode is restorable: a server that keeps an AOF gets the
+// snapshot as its AOF's base (render.KeepsAOF, snapshot.AOFLayout).
+func (r *Reconciler) restorable(*pass) string {
+	if r.opts.RestoreImage == "" {
 		return "this operator was started without an image to fetch backups with (--restore-image)"
-	case strings.Contains(p.resolved.Persistence.Mode, views.PersistenceAOF):
-		return "the cluster's persistence mode " + p.resolved.Persistence.Mode + " keeps an AOF, and restoring into one is not supported yet (use None or RDB)"
 	}
 	return ""
 }

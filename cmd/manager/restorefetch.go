@@ -88,6 +88,11 @@ func parseRestoreFetchEnv(getenv func(string) string, readFile func(string) ([]b
 		Shard:         int(number(snapshot.EnvRestoreShard)),
 		Dir:           need(snapshot.EnvRestoreDir),
 	}
+	// The AOF's names come together, from a node whose server keeps an AOF, or not at all.
+	aofDir, aofFile := strings.TrimSpace(getenv(snapshot.EnvRestoreAOFDir)), strings.TrimSpace(getenv(snapshot.EnvRestoreAOFFile))
+	if aofDir != "" || aofFile != "" {
+		cfg.Wanted.AOF = &snapshot.AOFLayout{Dir: need(snapshot.EnvRestoreAOFDir), File: need(snapshot.EnvRestoreAOFFile)}
+	}
 	if len(missing) > 0 {
 		return cfg, fmt.Errorf("%w: %s not set", errEnv, strings.Join(missing, ", "))
 	}
@@ -139,6 +144,9 @@ func restoreFetch(ctx context.Context, getenv func(string) string, readFile func
 			default:
 				fmt.Fprintf(stdout, "shard %d: %s placed: %d bytes, SHA-256 verified, RDB version %d, %d keys, in %s\n",
 					cfg.Wanted.Shard, got.Path, got.Bytes, got.Header.Version, got.Header.Keys, time.Since(start).Round(time.Millisecond))
+			}
+			if got.Manifest != "" && !got.Started {
+				fmt.Fprintf(stdout, "shard %d: %s names it as the AOF's base\n", cfg.Wanted.Shard, got.Manifest)
 			}
 		}
 	}

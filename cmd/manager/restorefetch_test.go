@@ -73,6 +73,14 @@ func TestParseRestoreFetchEnv(t *testing.T) {
 		assert.Empty(t, cfg.Location.Region)
 		assert.Nil(t, cfg.Location.CA)
 		assert.Equal(t, "/tmp/term", cfg.TerminationLog)
+		assert.Nil(t, cfg.Wanted.AOF, "no AOF variables: dump.rdb")
+	})
+	t.Run("AOF layout", func(t *testing.T) {
+		cfg, err := parseRestoreFetchEnv(restoreEnv(map[string]string{
+			snapshot.EnvRestoreAOFDir: "appendonlydir", snapshot.EnvRestoreAOFFile: "appendonly.aof",
+		}), readFile)
+		require.NoError(t, err)
+		assert.Equal(t, &snapshot.AOFLayout{Dir: "appendonlydir", File: "appendonly.aof"}, cfg.Wanted.AOF)
 	})
 	for _, tc := range []struct {
 		name    string
@@ -83,6 +91,10 @@ func TestParseRestoreFetchEnv(t *testing.T) {
 			"restore-fetch environment: VALKEY_RESTORE_SECRET_KEY, VALKEY_RESTORE_DIR not set"},
 		{"not a number", map[string]string{snapshot.EnvRestoreBytes: "12k", snapshot.EnvRestoreShard: "-1"},
 			`restore-fetch environment: VALKEY_RESTORE_BYTES="12k" is not a count; VALKEY_RESTORE_SHARD="-1" is not a count`},
+		{"AOF file without its directory", map[string]string{snapshot.EnvRestoreAOFFile: "appendonly.aof"},
+			"restore-fetch environment: VALKEY_RESTORE_AOF_DIR not set"},
+		{"AOF directory without its file", map[string]string{snapshot.EnvRestoreAOFDir: "appendonlydir"},
+			"restore-fetch environment: VALKEY_RESTORE_AOF_FILE not set"},
 		{"CA file unreadable", map[string]string{snapshot.EnvRestoreCAFile: "/nowhere/ca.crt"},
 			"restore-fetch environment: VALKEY_RESTORE_CA_FILE: open /nowhere/ca.crt: file does not exist"},
 	} {

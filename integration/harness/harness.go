@@ -233,14 +233,16 @@ func (e *Env) StartAgain(ctx context.Context, name string) (model.Node, error) {
 
 // StartNodeOnDir starts one node for shard whose /data is dataDir, a directory of the host
 // (bind-mounted; the server runs as 999:999 and must be able to write there), as a pod's
-// server starts on the data directory its init container prepared. Restart and StartAgain
-// do not apply to it.
-func (e *Env) StartNodeOnDir(ctx context.Context, shard int, dataDir string) (model.Node, error) {
+// server starts on the data directory its init container prepared. args follow the Env's
+// (Args), so a directive given there again takes their value (valkey-server keeps the last),
+// as a node whose configuration differs from the Env's. Restart and StartAgain do not apply
+// to it.
+func (e *Env) StartNodeOnDir(ctx context.Context, shard int, dataDir string, args ...string) (model.Node, error) {
 	e.mu.Lock()
 	name := fmt.Sprintf("n%d", e.seq)
 	e.seq++
 	e.mu.Unlock()
-	n, err := e.start(ctx, name, shard, dataDir)
+	n, err := e.start(ctx, name, shard, dataDir, args...)
 	if err != nil {
 		return n, err
 	}
@@ -251,8 +253,9 @@ func (e *Env) StartNodeOnDir(ctx context.Context, shard int, dataDir string) (mo
 }
 
 // start runs node name's container and returns the node at its address; its /data is
-// dataDir on the host when given, else its volume (Config.Volumes) or a tmpfs.
-func (e *Env) start(ctx context.Context, name string, shard int, dataDir string) (model.Node, error) {
+// dataDir on the host when given, else its volume (Config.Volumes) or a tmpfs; args follow
+// the Env's.
+func (e *Env) start(ctx context.Context, name string, shard int, dataDir string, args ...string) (model.Node, error) {
 	files := []testcontainers.ContainerFile{{
 		Reader: bytes.NewReader([]byte(model.RenderACL(e.cfg.ACL))), ContainerFilePath: "/etc/valkey/acl/users.acl", FileMode: 0o644,
 	}}
@@ -276,7 +279,7 @@ func (e *Env) start(ctx context.Context, name string, shard int, dataDir string)
 		data = testcontainers.WithHostConfigModifier(func(h *container.HostConfig) { h.Binds = append(h.Binds, dataDir+":/data") })
 	}
 	c, err := testcontainers.Run(ctx, e.cfg.Image,
-		testcontainers.WithCmd(e.Args()...),
+		testcontainers.WithCmd(append(e.Args(), args...)...),
 		network.WithNetwork(nil, e.Network),
 		testcontainers.WithFiles(files...),
 		testcontainers.WithConfigModifier(func(c *container.Config) { c.User = "999:999" }),

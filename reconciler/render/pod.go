@@ -167,7 +167,7 @@ func Args(s views.NodeSpec) []string {
 }
 
 // ConfigFile renders the node's valkey.conf: an include of the replication login, then the
-// user's settings and the persistence directives (persistenceDirectives) in key order, one
+// user's settings and the persistence directives (PersistenceDirectives) in key order, one
 // directive per line. A value's words become the
 // directive's arguments, each quoted (so `save: "900 1"` is `save "900" "1"`, as on a
 // command line) and escaped, so no value can end its line or start another directive; the
@@ -176,8 +176,7 @@ func ConfigFile(s views.NodeSpec) string {
 	var b strings.Builder
 	b.WriteString("# Rendered by valkey-operator from the node's resolved ValkeyConfig.\n")
 	b.WriteString("include " + ReplicationConfFile + "\n")
-	settings := persistenceDirectives(s.Persistence)
-	maps.Copy(settings, s.Valkey) // with mode None the user's own win; otherwise the schema keeps them apart
+	settings := serverSettings(s)
 	for _, k := range slices.Sorted(maps.Keys(settings)) {
 		b.WriteString(k)
 		words := strings.Fields(settings[k])
@@ -192,16 +191,24 @@ func ConfigFile(s views.NodeSpec) string {
 	return b.String()
 }
 
+// serverSettings are the directives of the node's valkey.conf after its include: the
+// persistence mode's and the user's.
+func serverSettings(s views.NodeSpec) map[string]string {
+	settings := PersistenceDirectives(s.Persistence)
+	maps.Copy(settings, s.Valkey) // with mode None the user's own win; otherwise the schema keeps them apart
+	return settings
+}
+
 // rdbSchedule is when a server with RDB snapshots writes one: Valkey's own default schedule
 // (after an hour with one change, five minutes with 100, a minute with 10,000).
 const rdbSchedule = "3600 1 300 100 60 10000"
 
-// persistenceDirectives are the valkey.conf directives of a persistence mode. With mode None
+// PersistenceDirectives are the valkey.conf directives of a persistence mode. With mode None
 // (or none set) a server writes nothing to disk: its data lives in memory and an emptyDir, and
 // a snapshot there would only fork the server to write a file no restart reads; spec.valkey
 // may still turn either on. AOF appends every write and fsyncs once a second, so at most the
 // last second of acknowledged writes is lost with the server's node.
-func persistenceDirectives(p views.Persistence) map[string]string {
+func PersistenceDirectives(p views.Persistence) map[string]string {
 	switch p.Mode {
 	case views.PersistenceRDB:
 		return map[string]string{"save": rdbSchedule, "appendonly": "no"}

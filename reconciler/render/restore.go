@@ -2,6 +2,7 @@ package render
 
 import (
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
@@ -20,9 +21,28 @@ const RestoreFetchContainer = "restore-fetch"
 // RestoreCADir is where the restore-fetch container finds the object store's private CA.
 const RestoreCADir = "/etc/valkey-restore/ca"
 
+// The names of a server's append-only file. The operator renders neither appenddirname nor
+// appendfilename, and the CRD forbids spec.valkey to set them, so every server keeps its AOF
+// under Valkey's defaults for them (src/config.c): the directory appendonlydir in its data
+// directory, and files named from appendonly.aof.
+const (
+	AOFDirName  = "appendonlydir"
+	AOFFileName = "appendonly.aof"
+)
+
+// KeepsAOF reports whether node's server runs with appendonly yes: a persistence mode with
+// an AOF, or spec.valkey turning it on under mode None. Such a server loads its AOF at start
+// and never dump.rdb, so a restore must place the snapshot as its AOF's base.
+func KeepsAOF(s views.NodeSpec) bool {
+	// Valkey reads a yes/no directive without regard to case.
+	return strings.EqualFold(strings.TrimSpace(serverSettings(s)["appendonly"]), "yes")
+}
+
 // addRestoreFetch gives pod the restore-fetch init container of a restoring node
 // (spec.restore): the operator's image running `manager restore-fetch`, which downloads the
-// shard's object to dump.rdb in the data directory, checking its size, SHA-256 and RDB
+// shard's object to dump.rdb in the data directory (or, for a server that keeps an AOF, to
+// its AOF's base file with a manifest naming it; the AOF variables are set only then, so
+// the init container of any other restore renders as before), checking its size, SHA-256 and RDB
 // version, before the server starts and loads it. Everything it needs comes as environment:
 // the object store's keys from the user's Secret (secretKeyRef), never in argv or in the
 // pod's spec as values, and the CA as a mounted Secret.
@@ -42,6 +62,10 @@ func addRestoreFetch(pod *corev1.Pod, s views.NodeSpec) {
 		{Name: snapshot.EnvRestoreDir, Value: DataDir},
 		secretEnv(snapshot.EnvRestoreAccessKey, r.CredentialsSecret, "accessKey"),
 		secretEnv(snapshot.EnvRestoreSecretKey, r.CredentialsSecret, "secretKey"),
+	}
+	if KeepsAOF(s) {
+		env = append(env, corev1.EnvVar{Name: snapshot.EnvRestoreAOFDir, Value: AOFDirName},
+			corev1.EnvVar{Name: snapshot.EnvRestoreAOFFile, Value: AOFFileName})
 	}
 	if r.Region != "" {
 		env = append(env, corev1.EnvVar{Name: snapshot.EnvRestoreRegion, Value: r.Region})

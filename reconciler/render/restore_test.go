@@ -1,6 +1,7 @@
 package render_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -71,4 +72,51 @@ func TestRestoreFetchContainer(t *testing.T) {
 	require.NotNil(t, c.SecurityContext)
 	assert.False(t, *c.SecurityContext.AllowPrivilegeEscalation)
 	assert.True(t, *c.SecurityContext.RunAsNonRoot)
+}
+
+// The restore-fetch container is told the AOF's names exactly when the node's server runs
+// with appendonly yes (the mode's directive, or spec.valkey's under mode None): that server
+// loads its AOF and never dump.rdb. Any other node's container has no AOF variable at all,
+// so it renders as it did before restores into an AOF were supported.
+func TestRestoreFetchAOFLayout(t *testing.T) {
+	tests := []struct {
+		name   string
+		mode   string
+		valkey map[string]string
+		aof    bool
+	}{
+		{name: "None", mode: views.PersistenceNone},
+		{name: "RDB", mode: views.PersistenceRDB},
+		{name: "AOF", mode: views.PersistenceAOF, aof: true},
+		{name: "RDBAndAOF", mode: views.PersistenceRDBAndAOF, aof: true},
+		{name: "None, spec.valkey turns the AOF on", mode: views.PersistenceNone, valkey: map[string]string{"appendonly": " YES"}, aof: true},
+		{name: "None, spec.valkey keeps it off", mode: views.PersistenceNone, valkey: map[string]string{"appendonly": "no"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := render.NodeSpec(cluster(views.Placement{}, ""), 0, resolved, "bestEffort")
+			s.Persistence = views.Persistence{Mode: tt.mode, Size: "1Gi"}
+			s.Valkey = tt.valkey
+			s.Restore = &views.NodeRestore{Endpoint: "http://10.0.0.5:8333", Bucket: "backups", CredentialsSecret: "s3",
+				Object: "p/ns/c/b/shard-0.rdb", SHA256: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
+				Bytes: 1234, RDBVersion: 11, FetcherImage: "valkey-operator:dev"}
+			assert.Equal(t, tt.aof, render.KeepsAOF(s))
+			assert.Equal(t, tt.aof, strings.Contains(strings.ToLower(render.ConfigFile(s)), `appendonly "yes"`), "KeepsAOF agrees with valkey.conf")
+			pod := render.Pod("c1-abcde", "ns1", s, nil)
+			require.Len(t, pod.Spec.InitContainers, 1)
+			env := map[string]string{}
+			for _, e := range pod.Spec.InitContainers[0].Env {
+				env[e.Name] = e.Value
+			}
+			if !tt.aof {
+				assert.NotContains(t, env, snapshot.EnvRestoreAOFDir)
+				assert.NotContains(t, env, snapshot.EnvRestoreAOFFile)
+				return
+			}
+			assert.Equal(t, "appendonlydir", env[snapshot.EnvRestoreAOFDir], "Valkey's default appenddirname")
+			assert.Equal(t, "appendonly.aof", env[snapshot.EnvRestoreAOFFile], "Valkey's default appendfilename")
+			assert.NotContains(t, render.ConfigFile(s), "appenddirname", "the operator relies on the default")
+			assert.NotContains(t, render.ConfigFile(s), "appendfilename", "the operator relies on the default")
+		})
+	}
 }

@@ -42,6 +42,10 @@ type Wanted struct {
 	ValkeyVersion string
 	// Dir is the server's data directory (its `dir`).
 	Dir string
+	// AOF, when set, is the server's append-only file layout: the server keeps an AOF
+	// (appendonly yes), so the snapshot is placed as that AOF's base rather than as
+	// dump.rdb, which such a server does not read.
+	AOF *AOFLayout
 }
 
 // Getter opens an object for reading with its size; *objectstore.Store is one. A missing
@@ -52,15 +56,17 @@ type Getter interface {
 
 // Fetched is what a completed Fetch placed, or found already placed.
 type Fetched struct {
-	// Path is the dump file's path.
+	// Path is the placed snapshot's path: dump.rdb, or the AOF's base file.
 	Path string
-	// Bytes and SHA256 are the dump file's.
+	// Manifest is the AOF manifest's path when the snapshot was placed as an AOF's base.
+	Manifest string
+	// Bytes and SHA256 are the placed snapshot's.
 	Bytes  int64
 	SHA256 string
 	// Header is what the downloaded RDB's first bytes said (zero when nothing was downloaded).
 	Header Header
-	// AlreadyThere says nothing was downloaded: the directory already held the wanted dump
-	// file, or a server already started on it (Started).
+	// AlreadyThere says nothing was downloaded: the directory already held the wanted
+	// snapshot, or a server already started on it (Started).
 	AlreadyThere bool
 	// Started says the directory holds nodes.conf: a server has run on it, so it owns the
 	// directory's data and nothing was touched.
@@ -88,7 +94,7 @@ var (
 // RefusedError is a permanent refusal of one shard's restore: the object is not the one the
 // manifest describes, or the server cannot load it, or it cannot be read at all. Its
 // message is for the user (a pod's termination message, an Event). Reason is one of the
-// Err* values above or ErrNotRDB. Every other error of Fetch is transient (the network,
+// Err* values above, ErrNotRDB or ErrAOFPresent. Every other error of Fetch is transient (the network,
 // the store's availability, the local disk): trying again may succeed.
 type RefusedError struct {
 	Shard  int
@@ -111,34 +117,52 @@ func Refused(err error) bool {
 const fetchBuffer = 256 << 10
 
 // Fetch places one shard's backed-up RDB in w.Dir as dump.rdb, for a server that has not
-// started yet to load. It downloads the object into dump.rdb.part while hashing it and
-// reading its header, checks the size, the SHA-256 and the RDB version against w (the
-// manifest's, and not newer than the server loads), syncs the file to disk and only then
-// renames it to dump.rdb, so the server never sees a partial or unverified snapshot.
+// started yet to load; with w.AOF set it places it as the base of the server's AOF instead
+// (placeAOF), since a server with appendonly yes loads its AOF and ignores dump.rdb. It
+// downloads the object into a part file while hashing it and reading its header, checks
+// the size, the SHA-256 and the RDB version against w (the manifest's, and not newer than
+// the server loads), syncs the file to disk and only then renames it into place, so the
+// server never sees a partial or unverified snapshot.
 //
-// Running it again is safe (an init container re-run after its pod restarted): a dump.rdb
-// already of the wanted SHA-256 is kept and nothing is downloaded; a leftover
-// dump.rdb.part is replaced. A directory that holds nodes.conf belongs to a server that has
+// Running it again is safe (an init container re-run after its pod restarted): a snapshot
+// already in place with the wanted SHA-256 is kept and nothing is downloaded; a leftover
+// part file is replaced. A directory that holds nodes.conf belongs to a server that has
 // already started on it (and may have written since): Fetch leaves it untouched.
 //
-// A refusal is a *RefusedError (see Refused); it leaves neither dump.rdb nor the part file.
+// A refusal is a *RefusedError (see Refused); it leaves neither the snapshot nor the part
+// file.
 func Fetch(ctx context.Context, store Getter, w Wanted) (Fetched, error) {
 	if err := w.validate(); err != nil {
 		return Fetched{}, err
 	}
-	out := Fetched{Path: filepath.Join(w.Dir, DumpFile)}
 	if _, err := os.Stat(filepath.Join(w.Dir, nodesFile)); err == nil {
-		out.AlreadyThere, out.Started = true, true
-		return out, nil
+		return Fetched{Path: w.target(), AlreadyThere: true, Started: true}, nil
 	}
 	if err := w.loadable(w.RDBVersion, "the backup's"); err != nil {
 		return Fetched{}, err
 	}
-	if sum, n, err := fileSHA256(out.Path); err == nil && sum == w.SHA256 && n == w.Bytes {
+	if w.AOF != nil {
+		return w.placeAOF(ctx, store)
+	}
+	return w.place(ctx, store, filepath.Join(w.Dir, DumpFile), filepath.Join(w.Dir, PartFile))
+}
+
+// target is where Fetch places the snapshot: dump.rdb, or the AOF's base file.
+func (w Wanted) target() string {
+	if w.AOF != nil {
+		return filepath.Join(w.Dir, w.AOF.Dir, w.AOF.BaseFile())
+	}
+	return filepath.Join(w.Dir, DumpFile)
+}
+
+// place downloads the object through part into path, unless path already holds it.
+func (w Wanted) place(ctx context.Context, store Getter, path, part string) (Fetched, error) {
+	out := Fetched{Path: path}
+	if sum, n, err := fileSHA256(path); err == nil && sum == w.SHA256 && n == w.Bytes {
 		out.Bytes, out.SHA256, out.AlreadyThere = n, sum, true
 		return out, nil
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return Fetched{}, fmt.Errorf("shard %d: reading the existing %s: %w", w.Shard, out.Path, err)
+		return Fetched{}, fmt.Errorf("shard %d: reading the existing %s: %w", w.Shard, path, err)
 	}
 
 	body, size, err := store.Get(ctx, w.Object)
@@ -150,20 +174,19 @@ func Fetch(ctx context.Context, store Getter, w Wanted) (Fetched, error) {
 		return Fetched{}, w.refuse(ErrSize, "the object %s has %d bytes, the manifest says %d", w.Object, size, w.Bytes)
 	}
 
-	part := filepath.Join(w.Dir, PartFile)
 	res, err := w.download(body, part)
 	if err != nil {
 		_ = os.Remove(part)
 		return Fetched{}, err
 	}
-	if err := os.Rename(part, out.Path); err != nil {
+	if err := os.Rename(part, path); err != nil {
 		_ = os.Remove(part)
 		return Fetched{}, fmt.Errorf("shard %d: %w", w.Shard, err)
 	}
-	if err := syncDir(w.Dir); err != nil {
+	if err := syncDir(filepath.Dir(path)); err != nil {
 		return Fetched{}, fmt.Errorf("shard %d: %w", w.Shard, err)
 	}
-	res.Path = out.Path
+	res.Path = path
 	return res, nil
 }
 
@@ -248,6 +271,11 @@ func (w Wanted) validate() error {
 		return bad("no RDB version given for the object")
 	case w.MaxRDBVersion <= 0:
 		return bad("no RDB version given that Valkey %s loads", w.ValkeyVersion)
+	}
+	if w.AOF != nil {
+		if err := w.AOF.validate(); err != nil {
+			return bad("%v", err)
+		}
 	}
 	if b, err := hex.DecodeString(w.SHA256); err != nil || len(b) != sha256.Size || hex.EncodeToString(b) != w.SHA256 {
 		return bad("SHA-256 %q is not 64 lowercase hex digits", w.SHA256)

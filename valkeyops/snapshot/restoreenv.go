@@ -35,6 +35,11 @@ const (
 	EnvRestoreCAFile = "VALKEY_RESTORE_CA_FILE"
 	// EnvRestoreDir is the server's data directory (/data in pods).
 	EnvRestoreDir = "VALKEY_RESTORE_DIR"
+	// EnvRestoreAOFDir and EnvRestoreAOFFile are the server's appenddirname and
+	// appendfilename, set (both) only when it runs with appendonly yes: the snapshot is then
+	// placed as that AOF's base rather than as dump.rdb (snapshot.AOFLayout).
+	EnvRestoreAOFDir  = "VALKEY_RESTORE_AOF_DIR"
+	EnvRestoreAOFFile = "VALKEY_RESTORE_AOF_FILE"
 	// EnvRestoreTerminationLog overrides where a failure's one-line message is written
 	// (DefaultTerminationLog); for tests.
 	EnvRestoreTerminationLog = "VALKEY_RESTORE_TERMINATION_LOG"
