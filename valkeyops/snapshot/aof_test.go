@@ -77,6 +77,7 @@ func TestFetchAOF(t *testing.T) {
 				assert.True(t, got.AlreadyThere)
 				assert.Equal(t, ours, read(t, dir, manifest))
 				assertNoFile(t, aofDir(dir), "temp-"+manifest)
+				assertNoFile(t, aofDir(dir), base+".part")
 			}},
 		{name: "own manifest, base not the snapshot", gets: 1,
 			before: func(t *testing.T, dir string) {

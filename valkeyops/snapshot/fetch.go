@@ -125,9 +125,10 @@ const fetchBuffer = 256 << 10
 // server never sees a partial or unverified snapshot.
 //
 // Running it again is safe (an init container re-run after its pod restarted): a snapshot
-// already in place with the wanted SHA-256 is kept and nothing is downloaded; a leftover
-// part file is replaced. A directory that holds nodes.conf belongs to a server that has
-// already started on it (and may have written since): Fetch leaves it untouched.
+// already in place with the wanted SHA-256 is kept, nothing is downloaded and a leftover
+// part file is removed; otherwise a leftover part file is replaced. A directory that holds
+// nodes.conf belongs to a server that has already started on it (and may have written
+// since): Fetch leaves it untouched.
 //
 // A refusal is a *RefusedError (see Refused); it leaves neither the snapshot nor the part
 // file.
@@ -160,6 +161,11 @@ func (w Wanted) place(ctx context.Context, store Getter, path, part string) (Fet
 	out := Fetched{Path: path}
 	if sum, n, err := fileSHA256(path); err == nil && sum == w.SHA256 && n == w.Bytes {
 		out.Bytes, out.SHA256, out.AlreadyThere = n, sum, true
+		// A part file left by an earlier run is garbage nothing else removes (the server
+		// ignores files its AOF manifest does not name).
+		if err := os.Remove(part); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return Fetched{}, fmt.Errorf("shard %d: %w", w.Shard, err)
+		}
 		return out, nil
 	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Fetched{}, fmt.Errorf("shard %d: reading the existing %s: %w", w.Shard, path, err)
