@@ -94,8 +94,8 @@ var (
 // RefusedError is a permanent refusal of one shard's restore: the object is not the one the
 // manifest describes, or the server cannot load it, or it cannot be read at all. Its
 // message is for the user (a pod's termination message, an Event). Reason is one of the
-// Err* values above, ErrNotRDB or ErrAOFPresent. Every other error of Fetch is transient (the network,
-// the store's availability, the local disk): trying again may succeed.
+// Err* values above, ErrNotRDB or ErrAOFPresent. Every other error of Fetch is transient
+// (the network, the store's availability, the local disk): trying again may succeed.
 type RefusedError struct {
 	Shard  int
 	Reason error
