@@ -19,7 +19,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 	"github.com/valkey-io/valkey-go"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/reconciler"
@@ -33,62 +32,6 @@ func (n *ns) applyRestoredCluster(name string, shards, replicas int, source stri
 	n.t.Helper()
 	n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: %d\n  replicasPerShard: %d\n  restoreFrom:\n%s",
 		name, exampleConfig, shards, replicas, source), "apply", "-f", "-")
-}
-
-// refuseNodeStatus makes the API server refuse every status write to the cluster's
-// ValkeyNodes in this namespace (a ValidatingAdmissionPolicy), until allowNodeStatus. The
-// same policy refuses updates of a probe ConfigMap, which tells when it is in force.
-func (n *ns) refuseNodeStatus(cluster string) {
-	n.t.Helper()
-	name := "e2e-refuse-status-" + n.name
-	n.kubectlIn(fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata:
-  name: %[1]s
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - apiGroups: ["valkey.gomomento.com"]
-      apiVersions: ["*"]
-      operations: ["UPDATE"]
-      resources: ["valkeynodes/status"]
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["UPDATE"]
-      resources: ["configmaps"]
-  validations:
-  - expression: "!has(object.metadata.labels) || object.metadata.labels.filter(k, k == 'e2e-probe' || (k == 'valkey.gomomento.com/cluster' && object.metadata.labels[k] == '%[2]s')).size() == 0"
-    message: "e2e: status writes of this cluster's ValkeyNodes are refused"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata:
-  name: %[1]s
-spec:
-  policyName: %[1]s
-  validationActions: [Deny]
-  matchResources:
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: %[3]s
-`, name, cluster, n.name), "apply", "-f", "-")
-	n.t.Cleanup(func() { n.allowNodeStatus(cluster) })
-	n.kubectlIn("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: e2e-probe\n  labels:\n    e2e-probe: \"yes\"\n", "create", "-f", "-")
-	n.eventually(time.Minute, 100*time.Millisecond, "the policy refusing status writes in force", func() (bool, string, error) {
-		out, err := kubectlRun("", "annotate", "--overwrite", "configmap", "e2e-probe", "probe="+strconv.FormatInt(time.Now().UnixNano(), 10), "-n", n.name)
-		if err == nil {
-			return false, out, nil
-		}
-		return strings.Contains(err.Error(), "e2e: status writes"), err.Error(), nil
-	})
-}
-
-// allowNodeStatus removes refuseNodeStatus's policy.
-func (n *ns) allowNodeStatus(cluster string) {
-	n.t.Helper()
-	name := "e2e-refuse-status-" + n.name
-	n.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name, "--ignore-not-found")
 }
 
 // primarySlots is the slot ranges each primary of the cluster serves, as CLUSTER SLOTS reports
@@ -138,8 +81,7 @@ func hashValue(i int) map[string]string {
 
 // TestRestoreFromBackup: a 3x1 cluster holding 100,000 strings and 1,000 hashes, serving a
 // writer, is backed up; the cluster is deleted; two clusters are created from the backup at
-// once, one with the same shard count and one with 2 shards, and the operator is SIGKILLed
-// once their nodes exist (its successor finishes both). Each turns Active only with its
+// once, one with the same shard count and one with 2 shards. Each turns Active only with its
 // data loaded: every pre-loaded key byte-identical and every write acknowledged before the
 // backup's startedAt present. The same-count one serves exactly the slot ranges the backup
 // recorded, with one RestoreShardLoaded Event per shard; the 2-shard one ends balanced. A
@@ -205,34 +147,11 @@ func TestRestoreFromBackup(t *testing.T) {
 	n.kubectl("delete", "valkeycluster", src, "--wait=true")
 	assert.Equal(t, "Completed", gjson.Get(n.kubectl("get", "vkb", "snap", "-o", "json"), "status.phase").String())
 
-	// Two clusters from the backup at once: the same shard count, and 2 shards. The 2-shard
-	// one's ValkeyNodes get no status written (a policy refuses the writes), as when the
-	// operator stops between creating a node and writing its status; the operator is then
-	// SIGKILLed with both restores under way, and its successor, with nothing of either
-	// restore in memory, finishes both from the API's state and the manifest.
-	n.refuseNodeStatus("fewer")
+	// Two clusters from the backup at once: the same shard count, and 2 shards.
 	start = time.Now()
 	n.applyRestoredCluster("same", 3, 1, "    backup: snap\n")
 	n.applyRestoredCluster("fewer", 2, 1, "    backup: snap\n")
 	sameWatch, fewerWatch := n.watchState("same"), n.watchState("fewer")
-	n.eventually(2*time.Minute, 100*time.Millisecond, "the 2-shard restore's 3 nodes and pods made, no node status written", func() (bool, string, error) {
-		nodes, err := n.valkeyNodes("fewer")
-		if err != nil {
-			return false, "", err
-		}
-		pods, err := n.pods("fewer")
-		written := 0
-		for _, u := range nodes {
-			if _, ok, _ := unstructured.NestedString(u.Object, "status", "lifecycle"); ok {
-				written++
-			}
-		}
-		return len(nodes) == 3 && len(pods) == 3 && written == 0, fmt.Sprintf("%d nodes (%d with a status), %d pods", len(nodes), written, len(pods)), err
-	})
-	require.NoError(t, suite.operator.Kill())
-	n.allowNodeStatus("fewer")
-	restartKilledOperator(t)
-	t.Logf("e2e: operator SIGKILLed %.1fs into the restores", time.Since(start).Seconds())
 	verify := func(cluster string) valkey.Client {
 		t.Helper()
 		rc := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
