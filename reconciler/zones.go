@@ -161,7 +161,8 @@ func (r *Reconciler) setZones(ctx context.Context, p *pass) *outcome {
 		defer cancel()
 		errs := make([]error, len(sets))
 		_ = inParallel(len(sets), func(i int) error {
-			errs[i] = p.valkey.Zones.SetAvailabilityZone(sctx, p.member(sets[i].name), sets[i].zone)
+			// planZones names only members, so the lookup finds one.
+			errs[i] = p.valkey.Zones.SetAvailabilityZone(sctx, p.membersNamed([]string{sets[i].name})[0], sets[i].zone)
 			return nil
 		})
 		for i, s := range sets {
@@ -200,16 +201,6 @@ func (r *Reconciler) rememberZones(p *pass, byName map[string]zoneHeld) {
 		}
 		c.zones = next
 	})
-}
-
-// member is the pass's member named name.
-func (p *pass) member(name string) model.Node {
-	for _, m := range p.members {
-		if m.Name == name {
-			return m
-		}
-	}
-	return model.Node{Name: name}
 }
 
 // nodeZone is a Kubernetes node's zone label ("" without one).
