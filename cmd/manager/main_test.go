@@ -74,9 +74,13 @@ func freeAddr(t *testing.T) string {
 
 func getConfig() (*rest.Config, error) { return rest.CopyConfig(cfg), nil }
 
-// httpOK is a poll condition: GET url answers 200.
+// httpOK is a poll condition: GET url answers 200. Each GET has its own short deadline: a
+// listener that accepts but is not served yet (the manager binds its probe port when it is
+// built and serves it once started) must not swallow the whole wait in one request.
 func httpOK(url string) poll.Condition {
 	return func(ctx context.Context) (bool, string, error) {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		if err != nil {
 			return false, "", err
@@ -87,6 +91,20 @@ func httpOK(url string) poll.Condition {
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, resp.Status, nil
+	}
+}
+
+// whileRunning is cond that fails at once, with run's own error, if run has returned: a
+// start-up that failed leaves the probe port bound but never served, and the wait would
+// otherwise end in a bare timeout that hides why.
+func whileRunning(done <-chan error, cond poll.Condition) poll.Condition {
+	return func(ctx context.Context) (bool, string, error) {
+		select {
+		case err := <-done:
+			return false, "", fmt.Errorf("run returned before serving: %v", err)
+		default:
+		}
+		return cond(ctx)
 	}
 }
 
@@ -116,7 +134,8 @@ func TestStartServeStop(t *testing.T) {
 	}()
 	for _, url := range []string{"http://" + probes + "/healthz", "http://" + probes + "/readyz", "http://" + metrics + "/metrics",
 		"http://" + pprof + "/debug/pprof/heap"} {
-		require.NoError(t, poll.Until(ctx, 100*time.Millisecond, 30*time.Second, url+" answers 200", httpOK(url)))
+		// 60 s: in CI this package's control plane shares two cores with five others.
+		require.NoError(t, poll.Until(ctx, 100*time.Millisecond, 60*time.Second, url+" answers 200", whileRunning(done, httpOK(url))))
 	}
 	lease := &coordinationv1.Lease{}
 	require.NoError(t, poll.Until(ctx, 100*time.Millisecond, 30*time.Second, "leader lease acquired", func(ctx context.Context) (bool, string, error) {
