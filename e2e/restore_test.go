@@ -19,10 +19,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/tidwall/gjson"
 	"github.com/valkey-io/valkey-go"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/gomomento/valkey-operator/internal/loadgen"
 	"github.com/gomomento/valkey-operator/reconciler"
 	"github.com/gomomento/valkey-operator/reconciler/backup"
+	"github.com/gomomento/valkey-operator/reconciler/metrics/series"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
@@ -32,6 +34,76 @@ func (n *ns) applyRestoredCluster(name string, shards, replicas int, source stri
 	n.t.Helper()
 	n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: %d\n  replicasPerShard: %d\n  restoreFrom:\n%s",
 		name, exampleConfig, shards, replicas, source), "apply", "-f", "-")
+}
+
+// holdCluster makes the API server refuse, until releaseCluster, every status write to the
+// cluster's ValkeyNodes and every creation of its pods (a ValidatingAdmissionPolicy, as
+// admin, scoped to this namespace): the operator can create nodes but never write their
+// status nor start their servers, as when it stops between those writes. The same policy
+// refuses updates of a labelled probe ConfigMap, which tells when it is in force.
+func (n *ns) holdCluster(cluster string) {
+	n.t.Helper()
+	name := "e2e-hold-" + n.name
+	n.kubectlIn(fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata:
+  name: %[1]s
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: ["valkey.gomomento.com"]
+      apiVersions: ["*"]
+      operations: ["UPDATE"]
+      resources: ["valkeynodes/status"]
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["pods"]
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["UPDATE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: "object.kind != 'ConfigMap' || !has(object.metadata.labels) || !('e2e-probe' in object.metadata.labels)"
+    message: "e2e: held (probe)"
+  - expression: "object.kind == 'ConfigMap' || !has(object.metadata.labels) || !('valkey.gomomento.com/cluster' in object.metadata.labels) || object.metadata.labels['valkey.gomomento.com/cluster'] != '%[2]s'"
+    message: "e2e: held (node status writes and pods of cluster %[2]s are refused)"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: %[1]s
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+  matchResources:
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: %[3]s
+`, name, cluster, n.name), "apply", "-f", "-")
+	n.t.Cleanup(func() { n.releaseCluster() })
+	n.kubectlIn("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: e2e-probe\n  labels:\n    e2e-probe: \"yes\"\n", "create", "-f", "-")
+	n.eventually(time.Minute, 100*time.Millisecond, "the policy holding "+cluster+" in force", func() (bool, string, error) {
+		out, err := kubectlRun("", "annotate", "--overwrite", "configmap", "e2e-probe", "probe="+strconv.FormatInt(time.Now().UnixNano(), 10), "-n", n.name)
+		if err == nil {
+			return false, out, nil
+		}
+		return strings.Contains(err.Error(), "e2e: held (probe)"), err.Error(), nil
+	})
+}
+
+// releaseCluster removes holdCluster's policy.
+func (n *ns) releaseCluster() {
+	n.t.Helper()
+	n.kubectl("delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "e2e-hold-"+n.name, "--ignore-not-found")
+}
+
+// failedPodPasses is how many reconcile passes of the suite's operator have failed at its
+// ensure-pods step so far.
+func failedPodPasses() (float64, error) {
+	v, _, err := suite.operator.metric(series.ReconcileErrors, map[string]string{"step": "ensure-pods"})
+	return v, err
 }
 
 // primarySlots is the slot ranges each primary of the cluster serves, as CLUSTER SLOTS reports
@@ -81,7 +153,9 @@ func hashValue(i int) map[string]string {
 
 // TestRestoreFromBackup: a 3x1 cluster holding 100,000 strings and 1,000 hashes, serving a
 // writer, is backed up; the cluster is deleted; two clusters are created from the backup at
-// once, one with the same shard count and one with 2 shards. Each turns Active only with its
+// once, one with the same shard count and one with 2 shards, and the operator is SIGKILLed
+// while the 2-shard one has nodes whose status was never written and no pods (its successor
+// finishes both). Each turns Active only with its
 // data loaded: every pre-loaded key byte-identical and every write acknowledged before the
 // backup's startedAt present. The same-count one serves exactly the slot ranges the backup
 // recorded, with one RestoreShardLoaded Event per shard; the 2-shard one ends balanced. A
@@ -147,11 +221,48 @@ func TestRestoreFromBackup(t *testing.T) {
 	n.kubectl("delete", "valkeycluster", src, "--wait=true")
 	assert.Equal(t, "Completed", gjson.Get(n.kubectl("get", "vkb", "snap", "-o", "json"), "status.phase").String())
 
-	// Two clusters from the backup at once: the same shard count, and 2 shards.
+	// Two clusters from the backup at once: the same shard count, and 2 shards. The 2-shard
+	// one is held (a policy refuses its node status writes and its pods): the operator
+	// creates a node, cannot write its status, and cannot make its pod, as when it stops
+	// between those writes. It is SIGKILLed once it has tried; its successor, with nothing of
+	// either restore in memory, makes the held cluster's pods from nodes whose status was
+	// never written: they must still fetch their shard's snapshot (the verify below).
+	failedBefore, err := failedPodPasses()
+	require.NoError(t, err)
+	n.holdCluster("fewer")
 	start = time.Now()
 	n.applyRestoredCluster("same", 3, 1, "    backup: snap\n")
 	n.applyRestoredCluster("fewer", 2, 1, "    backup: snap\n")
 	sameWatch, fewerWatch := n.watchState("same"), n.watchState("fewer")
+	n.eventually(2*time.Minute, 100*time.Millisecond, "the held restore with a node, no status written, no pod, and a refused pod", func() (bool, string, error) {
+		nodes, err := n.valkeyNodes("fewer")
+		if err != nil {
+			return false, "", err
+		}
+		pods, err := n.pods("fewer")
+		if err != nil {
+			return false, "", err
+		}
+		failed, err := failedPodPasses()
+		if err != nil {
+			return false, "", err
+		}
+		written := 0
+		for _, u := range nodes {
+			if _, ok, _ := unstructured.NestedString(u.Object, "status", "lifecycle"); ok {
+				written++
+			}
+		}
+		status := fmt.Sprintf("%d nodes (%d with a status), %d pods, %.0f failed pod passes", len(nodes), written, len(pods), failed-failedBefore)
+		if written > 0 || len(pods) > 0 {
+			return false, "", fmt.Errorf("the policy let a write through: %s", status)
+		}
+		return len(nodes) > 0 && failed > failedBefore, status, nil
+	})
+	require.NoError(t, suite.operator.Kill())
+	n.releaseCluster()
+	restartKilledOperator(t)
+	t.Logf("e2e: operator SIGKILLed %.1fs into the restores", time.Since(start).Seconds())
 	verify := func(cluster string) valkey.Client {
 		t.Helper()
 		rc := newClusterClient(t, addrsOf(n.podIPs(cluster)), n.secretValue(cluster+"-auth", "password"), nil)
