@@ -129,6 +129,9 @@ func TestBadInputLeavesRunningClusterUntouched(t *testing.T) {
 		{"2 config injection", "dir",
 			func() (string, error) { return patchConfig(map[string]string{"dir": "/etc"}) },
 			"spec.valkey cannot set directives the operator manages"},
+		{"2 config injection", "availability-zone",
+			func() (string, error) { return patchConfig(map[string]string{"availability-zone": "zone-x"}) },
+			"spec.valkey cannot set availability-zone: the operator sets each server's to the topology.kubernetes.io/zone label"},
 		{"3 ACL input", "a key pattern with a newline",
 			func() (string, error) {
 				return patchRunning(map[string]any{"acl": appUser("app", "app:*\nuser x on nopass +@all")})
