@@ -28,12 +28,12 @@ import (
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
-// applyRestoredCluster applies a ValkeyCluster of shards x replicas created from source, the
-// YAML of spec.restoreFrom (indented under it).
-func (n *ns) applyRestoredCluster(name string, shards, replicas int, source string) {
+// applyRestoredCluster applies a ValkeyCluster of shards x replicas on config created from
+// source, the YAML of spec.restoreFrom (indented under it).
+func (n *ns) applyRestoredCluster(name, config string, shards, replicas int, source string) {
 	n.t.Helper()
 	n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: %s\n  shards: %d\n  replicasPerShard: %d\n  restoreFrom:\n%s",
-		name, exampleConfig, shards, replicas, source), "apply", "-f", "-")
+		name, config, shards, replicas, source), "apply", "-f", "-")
 }
 
 // holdCluster makes the API server refuse, until releaseCluster, every status write to the
@@ -153,7 +153,8 @@ func hashValue(i int) map[string]string {
 
 // TestRestoreFromBackup: a 3x1 cluster holding 100,000 strings and 1,000 hashes, serving a
 // writer, is backed up; the cluster is deleted; two clusters are created from the backup at
-// once, one with the same shard count and one with 2 shards, and the operator is SIGKILLed
+// once, one with the same shard count that keeps its data in an AOF on volumes, and one
+// with 2 shards, and the operator is SIGKILLed
 // while the 2-shard one has nodes whose status was never written and no pods (its successor
 // finishes both). Each turns Active only with its
 // data loaded: every pre-loaded key byte-identical and every write acknowledged before the
@@ -231,8 +232,8 @@ func TestRestoreFromBackup(t *testing.T) {
 	require.NoError(t, err)
 	n.holdCluster("fewer")
 	start = time.Now()
-	n.applyRestoredCluster("same", 3, 1, "    backup: snap\n")
-	n.applyRestoredCluster("fewer", 2, 1, "    backup: snap\n")
+	n.applyRestoredCluster("same", n.durableConfig("Delete"), 3, 1, "    backup: snap\n")
+	n.applyRestoredCluster("fewer", exampleConfig, 2, 1, "    backup: snap\n")
 	sameWatch, fewerWatch := n.watchState("same"), n.watchState("fewer")
 	n.eventually(2*time.Minute, 100*time.Millisecond, "the held restore with a node, no status written, no pod, and a refused pod", func() (bool, string, error) {
 		nodes, err := n.valkeyNodes("fewer")
@@ -290,6 +291,13 @@ func TestRestoreFromBackup(t *testing.T) {
 	t.Logf("e2e: restore into 3 shards Active %.1fs after kubectl apply", time.Since(start).Seconds())
 	same := verify("same")
 	assert.Equal(t, recorded, primarySlots(t, same), "the restored cluster serves the slot ranges the backup recorded")
+	// It keeps an AOF (its config's persistence): the snapshot was placed as the AOF's base,
+	// which a server with appendonly on loads instead of dump.rdb.
+	ictx, icancel := ctxTimeout(10 * time.Second)
+	info, err := same.Do(ictx, same.B().Info().Section("persistence").Build()).ToString()
+	icancel()
+	require.NoError(t, err)
+	assert.Contains(t, info, "aof_enabled:1", "the 3-shard restore keeps an AOF")
 	loaded := n.kubectl("get", "events", "--field-selector", "involvedObject.name=same,reason="+reconciler.ReasonRestoreShardLoaded, "-o", "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}")
 	assert.Equal(t, 3, strings.Count(loaded, "restored on"), "one RestoreShardLoaded Event per shard: %s", loaded)
 	assert.Subset(t, []string{"", "Creating", "Active"}, sameWatch.states(), "a restore reports Creating, then Active once loaded")
@@ -309,14 +317,14 @@ func TestRestoreFromBackup(t *testing.T) {
 
 	// Bad input: a backup that does not exist, and one whose object differs from its
 	// manifest. Each waits in Creating with its message.
-	n.applyRestoredCluster("nobackup", 1, 0, "    backup: nope\n")
+	n.applyRestoredCluster("nobackup", exampleConfig, 1, 0, "    backup: nope\n")
 	n.waitWarning(reconciler.ReasonRestoreRefused, `ValkeyBackup "nope": it does not exist`, time.Minute)
 	nodes, err := n.valkeyNodes("nobackup")
 	require.NoError(t, err)
 	assert.Empty(t, nodes, "nothing is created for a backup that cannot be restored")
 
 	corruptPath := n.corruptCopy(cl, store.Bucket, prefix, bk.Get("status.path").String(), "corrupt")
-	n.applyRestoredCluster("corrupt", 3, 0, fmt.Sprintf("    storage:\n      endpoint: %s\n      bucket: %s\n      prefix: %s\n      credentialsSecretRef:\n        name: s3\n    path: %s\n",
+	n.applyRestoredCluster("corrupt", exampleConfig, 3, 0, fmt.Sprintf("    storage:\n      endpoint: %s\n      bucket: %s\n      prefix: %s\n      credentialsSecretRef:\n        name: s3\n    path: %s\n",
 		store.Endpoint, store.Bucket, prefix, corruptPath))
 	msg := n.waitWarning(reconciler.ReasonRestoreFailed, "SHA-256", 2*time.Minute)
 	assert.Contains(t, msg, "shard 0")
