@@ -45,7 +45,9 @@ func TestOperatorRBACIsNarrow(t *testing.T) {
 		{"update", "secrets", "", "default"},
 		{"delete", "secrets", "", "default"},
 		{"delete", "configmaps", "", "default"},
-		{"delete", "services", "", "default"},
+		// Services are deleted one by one (a node's external Service, by the operator's
+		// own policy only its own), never by collection.
+		{"deletecollection", "services", "", "default"},
 		{"create", "serviceaccounts", "token", "default"},
 		{"update", "valkeyclusters.valkey.gomomento.com", "", "default"},
 		{"patch", "valkeyclusters.valkey.gomomento.com", "", "default"},
