@@ -24,7 +24,8 @@ import (
 // CLUSTER SHARDS on every server and a MOVED redirect name the client address, while each
 // replica still replicates from its primary's container IP and the cluster stays healthy over
 // the bus; Admin.ClientAnnounce reads it back; the zero address restores the container
-// addresses.
+// addresses. Observe still reports every server's view at the container addresses (what the
+// operator plans with).
 func TestClientAnnounce(t *testing.T) {
 	for _, tc := range []struct {
 		image string
@@ -63,13 +64,23 @@ func TestClientAnnounce(t *testing.T) {
 				}
 			}
 
+			// The operator's own observation still places every server at its container address.
+			obs, err := f.admin.Observe(ctx, f.nodes)
+			require.NoError(t, err)
+			for _, st := range obs.Nodes {
+				require.True(t, st.Reachable, st.Name)
+				for _, p := range st.View {
+					assert.Equal(t, container[p.ID], p.Addr(), "%s's view of %s, as Observe reports it", st.Name, p.ID)
+				}
+			}
+
 			// A key of the other shard: the redirect names the client address of its primary.
 			primaries := snap.Primaries()
 			require.Len(t, primaries, 2)
 			from, to := primaries[0], primaries[1]
 			c := operatorClient(t, from.Node)
 			key := keyServedBy(ctx, t, c, to.Slots)
-			err := c.Do(ctx, c.B().Get().Key(key).Build()).Error()
+			err = c.Do(ctx, c.B().Get().Key(key).Build()).Error()
 			verr, ok := valkey.IsValkeyErr(err)
 			require.True(t, ok, "a MOVED error: %v", err)
 			addr, moved := verr.IsMoved()
