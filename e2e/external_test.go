@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,6 +63,7 @@ spec:
 	watch := n.watchState(cluster)
 
 	start := time.Now()
+	t.Logf("e2e: external access: failover from %s", start.Format("15:04:05.000"))
 	victim := n.nodeWithRole(cluster, "primary")
 	n.kubectl("delete", "pod", victim, "--wait=false")
 	n.waitRetired(cluster, victim)
@@ -70,6 +72,7 @@ spec:
 	t.Logf("e2e: external access: failover and replacement in %.1fs", time.Since(start).Seconds())
 
 	start = time.Now()
+	t.Logf("e2e: external access: scale-out from %s", start.Format("15:04:05.000"))
 	n.patchTopology(cluster, 4, 1)
 	n.waitConverged(cluster, 8, 3*time.Minute)
 	n.waitExternal(cluster, 8, password, external)
@@ -79,7 +82,7 @@ spec:
 	assert.GreaterOrEqual(t, strings.Count(events, " to clients"), 8, "an Event per announced address:\n%s", events)
 	annotations := n.kubectl("get", "svc", "-l", "valkey.gomomento.com/node", "-o", `jsonpath={range .items[*]}{.metadata.annotations.example\.com/team}{"\n"}{end}`)
 	assert.Equal(t, 8, strings.Count(annotations, "payments"), "every node's Service carries the annotation")
-	t.Logf("e2e: external access: the client's dialer refused %d pod-network dials", external.refused.Load())
+	t.Logf("e2e: external access: the client's dialer refused %d pod-network dials: %s", external.refused.Load(), external.refusals())
 	finishDay2(t, w, watch, "failover and scale-out through external addresses")
 }
 
@@ -88,15 +91,42 @@ spec:
 type externalDialer struct {
 	allowed netip.Prefix
 	refused atomic.Int64
+	mu      sync.Mutex
+	// spans is when dials to each refused address were made, first and last.
+	spans map[string][2]time.Time
 }
 
 func (d *externalDialer) dial(ctx context.Context, dst string, nd *net.Dialer, _ *tls.Config) (net.Conn, error) {
 	ap, err := netip.ParseAddrPort(dst)
 	if err != nil || !d.allowed.Contains(ap.Addr()) {
 		d.refused.Add(1)
+		now := time.Now()
+		d.mu.Lock()
+		if d.spans == nil {
+			d.spans = map[string][2]time.Time{}
+		}
+		s, ok := d.spans[dst]
+		if !ok {
+			s[0] = now
+		}
+		s[1] = now
+		d.spans[dst] = s
+		d.mu.Unlock()
 		return nil, fmt.Errorf("refused: %s is not an external address", dst)
 	}
 	return nd.DialContext(ctx, "tcp", dst)
+}
+
+// refusals describes, per refused address, when dials to it were refused.
+func (d *externalDialer) refusals() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+	for addr, s := range d.spans {
+		out = append(out, fmt.Sprintf("%s %s..%s", addr, s[0].Format("15:04:05.000"), s[1].Format("15:04:05.000")))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; ")
 }
 
 // newExternalClient is a cluster-mode client seeded with external addresses only, dialling
