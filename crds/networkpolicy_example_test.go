@@ -48,6 +48,11 @@ func TestNetworkPolicyExample(t *testing.T) {
 				}
 				if port == render.ClientPort {
 					clientPeers += len(rule.From)
+					for _, peer := range rule.From {
+						if peer.IPBlock != nil {
+							assert.Equal(t, []int{render.ClientPort}, ports, "external clients reach the client port alone")
+						}
+					}
 				}
 				if port == render.ExporterPort {
 					metricsPeers += len(rule.From)
@@ -56,6 +61,6 @@ func TestNetworkPolicyExample(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, 3, clientPeers, "the client port admits the servers, the operator and the applications")
+	assert.Equal(t, 4, clientPeers, "the client port admits the servers, the operator, the applications and external clients")
 	assert.Equal(t, 1, metricsPeers, "the exporter's port admits Prometheus alone")
 }

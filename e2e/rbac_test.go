@@ -45,7 +45,9 @@ func TestOperatorRBACIsNarrow(t *testing.T) {
 		{"update", "secrets", "", "default"},
 		{"delete", "secrets", "", "default"},
 		{"delete", "configmaps", "", "default"},
-		{"delete", "services", "", "default"},
+		// Services are deleted one by one (a node's external Service, by the operator's
+		// own policy only its own), never by collection.
+		{"deletecollection", "services", "", "default"},
 		{"create", "serviceaccounts", "token", "default"},
 		{"update", "valkeyclusters.valkey.gomomento.com", "", "default"},
 		{"patch", "valkeyclusters.valkey.gomomento.com", "", "default"},
@@ -178,7 +180,8 @@ func TestOperatorPodPolicy(t *testing.T) {
 // TestOperatorObjectPolicy: the operator's ServiceAccount may create and change its own
 // Services, ConfigMaps and Secrets, but not anyone else's (not the identity ConfigMap the
 // policies trust), not a Secret that would be filled with a ServiceAccount token, and not a
-// Service reachable from outside the cluster.
+// Service reachable from outside the cluster but a node's own external Service (selecting
+// only its pod, on the client port).
 func TestOperatorObjectPolicy(t *testing.T) {
 	n := newNamespace(t, "e2e-objpolicy")
 	labels := fmt.Sprintf(`{%q:%q,%q:"c"}`, render.LabelManagedBy, render.ManagedBy, render.LabelCluster)
@@ -202,6 +205,12 @@ func TestOperatorObjectPolicy(t *testing.T) {
 			[]string{"patch", "configmap", "valkey-operator-identity", "--type=merge", "-p", `{"data":{"serviceAccountName":"nobody"}}`, "--dry-run=server"}, "may only create or change its own configmaps"},
 		{"a NodePort Service", fmt.Sprintf(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"np","labels":%s},"spec":{"type":"NodePort","ports":[{"port":6379}]}}`, labels), n.name,
 			[]string{"create", "--dry-run=server", "-f", "-"}, "only write ClusterIP Services without externalIPs"},
+		{"its own node's external LoadBalancer", externalService(labels, `{"valkey.gomomento.com/cluster":"c","valkey.gomomento.com/node":"c-abcde"}`, 6379), n.name,
+			[]string{"create", "--dry-run=server", "-f", "-"}, ""},
+		{"an external Service selecting other pods", externalService(labels, `{"app":"someone-else"}`, 6379), n.name,
+			[]string{"create", "--dry-run=server", "-f", "-"}, "a node's external LoadBalancer or NodePort Service that selects only that node's pod"},
+		{"an external Service exposing the bus", externalService(labels, `{"valkey.gomomento.com/cluster":"c","valkey.gomomento.com/node":"c-abcde"}`, 16379), n.name,
+			[]string{"create", "--dry-run=server", "-f", "-"}, "on port 6379"},
 		{"its own data claim", fmt.Sprintf(`{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"c-abcde-data","labels":%s},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`, labels), n.name,
 			[]string{"create", "--dry-run=server", "-f", "-"}, ""},
 		{"a claim of a named volume", fmt.Sprintf(`{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"steal","labels":%s},"spec":{"volumeName":"someone-elses-pv","accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Gi"}}}}`, labels), n.name,
@@ -229,6 +238,14 @@ func TestOperatorObjectPolicy(t *testing.T) {
 	out, err := kubectlRun("", "get", "configmap", "valkey-operator-identity", "-n", operatorNamespace, "-o", "jsonpath={.data.serviceAccountName}")
 	require.NoError(t, err, out)
 	assert.Equal(t, operatorServiceAccount, strings.TrimSpace(out), "the identity is unchanged")
+}
+
+// externalService is a LoadBalancer Service labelled as node c-abcde's external Service of
+// cluster c, with selector and port as given.
+func externalService(clusterLabels, selector string, port int) string {
+	labels := strings.TrimSuffix(clusterLabels, "}") + `,"valkey.gomomento.com/node":"c-abcde"}`
+	return fmt.Sprintf(`{"apiVersion":"v1","kind":"Service","metadata":{"name":"c-abcde","labels":%s},`+
+		`"spec":{"type":"LoadBalancer","selector":%s,"ports":[{"port":%d,"targetPort":%d}]}}`, labels, selector, port, port)
 }
 
 // TestBlockOwnerDeletionNeedsFinalizersRight: the dev cluster enforces owner-reference

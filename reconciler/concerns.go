@@ -19,18 +19,22 @@ type concern struct {
 // concerns is the registry of the Active phase, in order of precedence. Credentials come
 // first: a password rotation's switch of the operator's own login ends the pass, so nothing
 // else acts with the login it replaces. Certificates come next and never end a pass (a node
-// waiting for its volume asks for an early one), then availability zones, which never end one
-// either. Topology comes last and performs at most one action per pass. Each plans with a pure
-// function of the observation and the desired spec, then acts through its own port:
-// credentials with planCredentials (live_acl.go), certificates with certRollout.plan
-// (live_tls.go), zones with planZones (zones.go), topology with plan.Next (which also forms a Creating
-// cluster, in its forming mode). A new concern (persistence, backup) declares its port and its
-// planner beside its code, adds what it reads to reading, and one line here.
+// waiting for its volume asks for an early one), then availability zones and client
+// addresses, which never end one either; client addresses come before topology, so a server
+// is told its external address before it is handed slots. Topology comes last and performs
+// at most one action per pass. Each plans with a pure function of the observation and the
+// desired spec, then acts through its own port: credentials with planCredentials
+// (live_acl.go), certificates with certRollout.plan (live_tls.go), zones with planZones
+// (zones.go), client addresses with planAnnounces (announce.go), topology with plan.Next
+// (which also forms a Creating cluster, in its forming mode). A new concern (persistence,
+// backup) declares its port and its planner beside its code, adds what it reads to reading,
+// and one line here.
 func (r *Reconciler) concerns() []concern {
 	return []concern{
 		{"sync-credentials", credentialsNeed, r.syncCredentials},
 		{"rotate-certificates", certificatesNeed, r.rotateCertificates},
 		{"set-zones", zonesNeed, r.setZones},
+		{"announce-client-addresses", announcesNeed, r.setAnnounces},
 		{"plan-and-act", nil, r.planActive},
 	}
 }
@@ -43,6 +47,8 @@ type reading struct {
 	certificates bool
 	// zones names the members whose availability-zone setting is to be read (zones.go).
 	zones []string
+	// announces names the members whose client address is to be read (announce.go).
+	announces []string
 }
 
 // needs is what this pass's observation reads for every registered concern.
@@ -56,6 +62,7 @@ func (r *Reconciler) needs(p *pass) reading {
 		all.credentials = cmp.Or(all.credentials, n.credentials)
 		all.certificates = all.certificates || n.certificates
 		all.zones = append(all.zones, n.zones...)
+		all.announces = append(all.announces, n.announces...)
 	}
 	return all
 }

@@ -97,6 +97,7 @@ type fakeValkey struct {
 	creds    *fakeCredentialState
 	certs    *fakeCertificateState
 	zones    *fakeZoneState
+	announce *fakeAnnounceState
 }
 
 func newFakeValkey() *fakeValkey {
@@ -104,7 +105,8 @@ func newFakeValkey() *fakeValkey {
 		creds: map[types.NamespacedName]valkeyops.Credentials{},
 		calls: map[types.NamespacedName]int{}, writes: map[types.NamespacedName]int{},
 	}
-	return &fakeValkey{wire: w, topology: newFakeTopologyState(w), creds: newFakeCredentialState(w), certs: newFakeCertificateState(w), zones: newFakeZoneState(w)}
+	return &fakeValkey{wire: w, topology: newFakeTopologyState(w), creds: newFakeCredentialState(w), certs: newFakeCertificateState(w), zones: newFakeZoneState(w),
+		announce: newFakeAnnounceState(w)}
 }
 
 func (f *fakeValkey) block(key types.NamespacedName, on bool) { f.topology.block(key, on) }
@@ -134,10 +136,11 @@ func (f *fakeValkey) Connect(_ context.Context, key types.NamespacedName, cred v
 // servers is one cluster's ports, each served by its own fake.
 func (f *fakeValkey) servers(key types.NamespacedName) *reconciler.Servers {
 	topo, creds, certs, zones := f.topology.cluster(key), f.creds.cluster(key), f.certs.cluster(key), f.zones.cluster(key)
+	announces := f.announce.cluster(key)
 	return &reconciler.Servers{
-		Reads:    fakeReads{observe: topo, auth: creds, certs: certs, zones: zones},
+		Reads:    fakeReads{observe: topo, auth: creds, certs: certs, zones: zones, announces: announces},
 		Topology: topo, Failovers: topo, Credentials: creds, Certificates: certs,
-		Membership: noMoves{}, Zones: zones,
+		Membership: noMoves{}, Zones: zones, Announces: announces,
 	}
 }
 
@@ -225,7 +228,7 @@ func (w *fakeWire) lastCredentials(key types.NamespacedName) valkeyops.Credentia
 
 // fakeReads is the Reads port composed of the read halves of the per-port fakes: the
 // topology's snapshot, the credentials' users, the certificates' served certificate, the
-// servers' availability zones.
+// servers' availability zones and client addresses.
 type fakeReads struct {
 	observe interface {
 		Observe(ctx context.Context, nodes []model.Node) (*model.Snapshot, error)
@@ -238,6 +241,9 @@ type fakeReads struct {
 	}
 	zones interface {
 		AvailabilityZone(ctx context.Context, node model.Node) (string, error)
+	}
+	announces interface {
+		ClientAnnounce(ctx context.Context, node model.Node) (model.ClientAddress, error)
 	}
 }
 
@@ -285,4 +291,8 @@ type noMoves struct{}
 
 func (noMoves) Reintroduce(context.Context, []model.Node) error {
 	return fmt.Errorf("fake: no server of this fake ever moved, nothing to re-introduce")
+}
+
+func (r fakeReads) ClientAnnounce(ctx context.Context, node model.Node) (model.ClientAddress, error) {
+	return r.announces.ClientAnnounce(ctx, node)
 }

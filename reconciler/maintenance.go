@@ -36,10 +36,10 @@ func inMaintenance(node *corev1.Node) bool {
 }
 
 // loadMaintenance records which of the Kubernetes nodes running the pass's pods are in
-// maintenance, and their zones (zones.go). A node the cache does not show (deleted
+// maintenance, their zones (zones.go) and addresses (external.go). A node the cache does not show (deleted
 // meanwhile) is not in maintenance: its pods are lost and replaced anyway.
 func (r *Reconciler) loadMaintenance(ctx context.Context, p *pass) error {
-	p.maintenance, p.zones = map[string]bool{}, map[string]string{}
+	p.maintenance, p.zones, p.nodeAddrs = map[string]bool{}, map[string]string{}, map[string]string{}
 	for _, pod := range p.pods {
 		name := pod.Spec.NodeName
 		if name == "" {
@@ -58,6 +58,7 @@ func (r *Reconciler) loadMaintenance(ctx context.Context, p *pass) error {
 		default:
 			p.maintenance[name] = inMaintenance(node)
 			p.zones[name] = nodeZone(node)
+			p.nodeAddrs[name] = nodeAddress(node)
 		}
 	}
 	return nil
@@ -99,8 +100,9 @@ func (r *Reconciler) nodeToClusters(ctx context.Context, o client.Object) []reco
 	return out
 }
 
-// nodeSchedulingOnly trims a cached Node to what inMaintenance and nodeZone read: a node's status
-// (images, conditions, addresses) is most of its size and changes with every heartbeat.
+// nodeSchedulingOnly trims a cached Node to what inMaintenance, nodeZone and nodeAddress read:
+// the rest of a node's status (images, conditions) is most of its size and changes with every
+// heartbeat; its addresses are small and stay.
 func nodeSchedulingOnly(o any) (any, error) {
 	n, ok := o.(*corev1.Node)
 	if !ok {
@@ -111,6 +113,7 @@ func nodeSchedulingOnly(o any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, Labels: n.Labels,
 		},
-		Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+		Spec:   corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+		Status: corev1.NodeStatus{Addresses: n.Status.Addresses},
 	}, nil
 }

@@ -50,6 +50,9 @@ type clusterMemory struct {
 	// zones is the availability-zone each pod's server holds, by pod UID (zones.go). Lost on
 	// restart: each server's setting is read once more.
 	zones map[types.UID]zoneHeld
+	// announced is the client address each pod's server announces, by pod UID
+	// (announce.go). Lost on restart: each server's is read once more.
+	announced map[types.UID]announceHeld
 }
 
 // with runs fn on key's entry under the lock, creating the entry if there is none.

@@ -22,6 +22,8 @@ type Reads interface {
 	// AvailabilityZone reads node's availability-zone setting ("" when unset;
 	// model.ErrUnsupported for a release without it).
 	AvailabilityZone(ctx context.Context, node model.Node) (string, error)
+	// ClientAnnounce reads the client address node announces (announce.go).
+	ClientAnnounce(ctx context.Context, node model.Node) (model.ClientAddress, error)
 }
 
 // observation is what one pass read of the servers: one read under one deadline
@@ -43,6 +45,8 @@ type observation struct {
 	// zones is the availability-zone setting of the members read for it (zones.go), by
 	// name; only servers the memory does not know are read.
 	zones map[string]zoneRead
+	// announces is the client address of the members read for it (announce.go), by name.
+	announces map[string]announceRead
 }
 
 // servedCertificate is the certificate a node presented, or why none could be read.
@@ -71,6 +75,9 @@ func (r *Reconciler) observe(ctx context.Context, p *pass, want reading) *outcom
 		}
 		if len(want.zones) > 0 {
 			seen.zones = readZones(octx, p.valkey.Reads, p.members, want.zones, snap)
+		}
+		if len(want.announces) > 0 {
+			seen.announces = readAnnounces(octx, p.valkey.Reads, p.members, want.announces, snap)
 		}
 	}
 	if interrupted(rctx) {

@@ -202,6 +202,13 @@ type pass struct {
 	maintenance map[string]bool
 	// zones: the zone label of those Kubernetes nodes, by name ("" without one; zones.go).
 	zones map[string]string
+	// nodeAddrs: the address of those Kubernetes nodes clients outside reach a NodePort at,
+	// by name ("" without one; external.go).
+	nodeAddrs map[string]string
+	// external is the client address each node's external Service offers, by ValkeyNode
+	// name, and externalClear whether servers are to stop announcing one (external.go).
+	external      map[string]model.ClientAddress
+	externalClear bool
 	// certNotAfter is when the validated TLS certificate expires (zero without TLS).
 	certNotAfter time.Time
 	// servedExpired is the earliest NotAfter of an expired certificate that a node still
@@ -276,6 +283,7 @@ func (r *Reconciler) steps() []step {
 		{"plan-formation", creating, r.planForming},
 		{"ensure-joining-pods", active, r.ensureActivePods},
 		{"pod-annotations", active, r.ensurePodAnnotations},
+		{"ensure-external", both, r.ensureExternal},
 		{"observe", active, r.observeActive},
 	}
 	for _, c := range r.concerns() {

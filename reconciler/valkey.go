@@ -26,7 +26,7 @@ type Valkey interface {
 // Servers is one cluster's servers as the reconciler's concerns reach them. Each concern
 // owns a port that names the few operations it performs, declared beside the code that calls
 // it: reads (observe.go), topology and failovers (topology.go), credentials (live_acl.go),
-// certificates (live_tls.go), availability zones (zones.go). The ports speak the model's own types (valkeyops/model, which
+// certificates (live_tls.go), availability zones (zones.go), client addresses (announce.go). The ports speak the model's own types (valkeyops/model, which
 // the planners use too), so no translation layer sits between them. *valkeyops.Admin
 // implements every port; a test double implements one port at a time. A new concern
 // (persistence, backup) adds its port and a field here, never a method to another
@@ -40,11 +40,12 @@ type Servers struct {
 	Certificates CertificateReload
 	Membership   Membership
 	Zones        ZoneWrites
+	Announces    AnnounceWrites
 }
 
 // serversOf is Servers with every port served by adm.
 func serversOf(adm *valkeyops.Admin) *Servers {
-	return &Servers{Reads: adm, Topology: adm, Failovers: adm, Credentials: adm, Certificates: adm, Membership: adm, Zones: adm}
+	return &Servers{Reads: adm, Topology: adm, Failovers: adm, Credentials: adm, Certificates: adm, Membership: adm, Zones: adm, Announces: adm}
 }
 
 // PoolValkey is the production Valkey: a valkeyops.Pool keyed by cluster.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/valkey-io/valkey-go"
@@ -28,7 +30,49 @@ func (a *Admin) Observe(ctx context.Context, nodes []model.Node) (*model.Snapsho
 		snap.Nodes[i] = a.observeOne(ctx, n)
 		return nil
 	})
+	internalAddresses(snap)
 	return snap, nil
+}
+
+// internalAddresses rewrites, in every observed view, the address of each observed server
+// that announces a client address of its own (cluster-announce-client-ipv4, external access)
+// back to the address the operator reaches it at. A server shows every client, the operator
+// included, its peers' client addresses in CLUSTER NODES, so without this the planner would
+// take the external addresses for where the servers are (re-introducing them at their "old"
+// addresses, asking MIGRATE to dial a load balancer from inside the cluster, or waiting for
+// a MEET to be seen at the pod IP for ever). Only an entry that shows the very address the
+// server itself shows as its own is rewritten: one that still shows an older address is
+// stale and stays so, for the planner to see.
+func internalAddresses(snap *model.Snapshot) {
+	type shown struct{ client, internal string }
+	byID := map[string]shown{}
+	for i := range snap.Nodes {
+		st := &snap.Nodes[i]
+		if !st.Reachable || st.ID == "" {
+			continue
+		}
+		if self := st.Self(); self != nil && self.IP != "" && self.Addr() != st.Addr {
+			byID[st.ID] = shown{self.Addr(), st.Addr}
+		}
+	}
+	if len(byID) == 0 {
+		return
+	}
+	for i := range snap.Nodes {
+		for j := range snap.Nodes[i].View {
+			p := &snap.Nodes[i].View[j]
+			s, ok := byID[p.ID]
+			if !ok || p.Addr() != s.client {
+				continue
+			}
+			host, port, err := net.SplitHostPort(s.internal)
+			if err != nil {
+				continue
+			}
+			p.IP = host
+			p.Port, _ = strconv.Atoi(port)
+		}
+	}
 }
 
 func indexOf(nodes []model.Node, name string) int {

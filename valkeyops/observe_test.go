@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 )
 
 func TestStripVerbatim(t *testing.T) {
@@ -16,4 +18,38 @@ func TestStripVerbatim(t *testing.T) {
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, stripVerbatim(tt.in))
 	}
+}
+
+// TestInternalAddresses: a server announcing a client address is shown, in every observed
+// view, at the address the operator reaches it at; an entry still holding an older address,
+// a server announcing nothing, and a peer that was not observed are left as they are.
+func TestInternalAddresses(t *testing.T) {
+	view := func(entries ...model.ClusterNode) []model.ClusterNode { return entries }
+	peer := func(id, ip string, port int, self bool) model.ClusterNode {
+		n := model.ClusterNode{ID: id, IP: ip, Port: port, Flags: []string{"master"}}
+		if self {
+			n.Flags = []string{"myself", "master"}
+		}
+		return n
+	}
+	snap := &model.Snapshot{Nodes: []model.NodeState{
+		{Node: model.Node{Name: "a", Addr: "10.0.0.1:6379"}, Reachable: true, ID: "A", View: view(
+			peer("A", "127.100.0.1", 6379, true), peer("B", "127.100.0.2", 6379, false), peer("C", "10.0.0.3", 6379, false), peer("X", "127.100.0.9", 6379, false))},
+		{Node: model.Node{Name: "b", Addr: "10.0.0.2:6379"}, Reachable: true, ID: "B", View: view(
+			peer("A", "10.0.0.7", 6379, false), peer("B", "127.100.0.2", 6379, true), peer("C", "10.0.0.3", 6379, false))},
+		{Node: model.Node{Name: "c", Addr: "10.0.0.3:6379"}, Reachable: true, ID: "C", View: view(
+			peer("A", "127.100.0.1", 6379, false), peer("B", "127.100.0.2", 6379, false), peer("C", "10.0.0.3", 6379, true))},
+	}}
+	internalAddresses(snap)
+	got := map[string][]string{}
+	for _, st := range snap.Nodes {
+		for _, p := range st.View {
+			got[st.Name] = append(got[st.Name], p.ID+"@"+p.Addr())
+		}
+	}
+	assert.Equal(t, map[string][]string{
+		"a": {"A@10.0.0.1:6379", "B@10.0.0.2:6379", "C@10.0.0.3:6379", "X@127.100.0.9:6379"},
+		"b": {"A@10.0.0.7:6379", "B@10.0.0.2:6379", "C@10.0.0.3:6379"}, // b's entry of A is stale: kept
+		"c": {"A@10.0.0.1:6379", "B@10.0.0.2:6379", "C@10.0.0.3:6379"},
+	}, got)
 }

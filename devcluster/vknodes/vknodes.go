@@ -32,6 +32,7 @@ import (
 	"github.com/gomomento/valkey-operator/devcluster/dockerpods"
 	"github.com/gomomento/valkey-operator/devcluster/hostvolumes"
 	"github.com/gomomento/valkey-operator/devcluster/ipam"
+	"github.com/gomomento/valkey-operator/devcluster/loadbalancer"
 )
 
 // LabelDevNode marks the dev cluster's nodes. The well-known labels the scheduler and the
@@ -146,12 +147,21 @@ func Run(ctx context.Context, cfg Config, ready chan<- struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	errs := make(chan error, len(cfg.Nodes)+1)
+	errs := make(chan error, len(cfg.Nodes)+2)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		if err := hostvolumes.Run(ctx, volumes); err != nil && ctx.Err() == nil {
 			errs <- fmt.Errorf("volume provisioner: %w", err)
+			cancel()
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		lb := loadbalancer.Config{Kube: kube, Instance: cfg.Instance, Logger: logger}
+		if err := loadbalancer.Run(ctx, lb); err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("load balancer: %w", err)
 			cancel()
 		}
 	}()

@@ -252,6 +252,7 @@ func quoteConfigWord(w string) string {
 // cluster's podAnnotations at the time the pod is created.
 func Pod(name, namespace string, s views.NodeSpec, annotations map[string]string) *corev1.Pod {
 	labels := NodeLabels(s.Cluster, s.Shard)
+	labels[LabelNode] = name
 	shardSelector := &metav1.LabelSelector{MatchLabels: map[string]string{LabelCluster: s.Cluster, LabelShard: labels[LabelShard]}}
 
 	env := []corev1.EnvVar{

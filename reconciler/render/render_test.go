@@ -62,7 +62,8 @@ func TestPod(t *testing.T) {
 			require.Len(t, pod.Spec.Containers, 1)
 			ctr := pod.Spec.Containers[0]
 
-			assert.Equal(t, map[string]string{"app.kubernetes.io/managed-by": "valkey-operator", "valkey.gomomento.com/cluster": "c1", "valkey.gomomento.com/shard": "2"}, pod.Labels)
+			assert.Equal(t, map[string]string{"app.kubernetes.io/managed-by": "valkey-operator", "valkey.gomomento.com/cluster": "c1", "valkey.gomomento.com/shard": "2",
+				"valkey.gomomento.com/node": "c1-abcde"}, pod.Labels, "the node label is what its external Service selects")
 			assert.Equal(t, map[string]string{"team": "x", "cluster-autoscaler.kubernetes.io/safe-to-evict": "true"}, pod.Annotations)
 			assert.Equal(t, []corev1.PodReadinessGate{{ConditionType: "valkey.gomomento.com/in-sync"}}, pod.Spec.ReadinessGates, "Ready only when in sync")
 			assert.Equal(t, "c1-abcde", pod.Spec.Hostname)
@@ -298,4 +299,37 @@ func TestDataClaim(t *testing.T) {
 	s.Persistence = views.Persistence{Mode: views.PersistenceNone}
 	assert.NotNil(t, data(s).EmptyDir, "without persistence the data goes with the pod")
 	assert.Nil(t, data(s).PersistentVolumeClaim)
+}
+
+// TestExternalService: a node's external Service selects only its pod, serves the client
+// port alone (the bus stays on the pod network), carries the user's annotations, and source
+// ranges only for a LoadBalancer.
+func TestExternalService(t *testing.T) {
+	ranges := []string{"203.0.113.0/24"}
+	annotations := map[string]string{"service.beta.kubernetes.io/aws-load-balancer-internal": "true"}
+	for _, tc := range []struct {
+		name       string
+		access     views.ExternalAccess
+		wantRanges []string
+	}{
+		{"LoadBalancer", views.ExternalAccess{Type: views.ExternalLoadBalancer, ServiceAnnotations: annotations, LoadBalancerSourceRanges: ranges}, ranges},
+		{"NodePort", views.ExternalAccess{Type: views.ExternalNodePort, ServiceAnnotations: annotations, LoadBalancerSourceRanges: ranges}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := render.ExternalService("c1", "c1-abcde", "ns1", tc.access)
+			require.NotNil(t, svc.Spec)
+			assert.Equal(t, "c1-abcde", *svc.Name)
+			assert.Equal(t, "ns1", *svc.Namespace)
+			assert.Equal(t, map[string]string{"app.kubernetes.io/managed-by": "valkey-operator", "valkey.gomomento.com/cluster": "c1",
+				"valkey.gomomento.com/node": "c1-abcde"}, svc.Labels)
+			assert.Equal(t, annotations, svc.Annotations)
+			assert.Equal(t, corev1.ServiceType(tc.access.Type), *svc.Spec.Type)
+			assert.Equal(t, map[string]string{"valkey.gomomento.com/cluster": "c1", "valkey.gomomento.com/node": "c1-abcde"}, svc.Spec.Selector)
+			require.Len(t, svc.Spec.Ports, 1)
+			assert.Equal(t, int32(6379), *svc.Spec.Ports[0].Port)
+			assert.Equal(t, int32(6379), svc.Spec.Ports[0].TargetPort.IntVal)
+			assert.Nil(t, svc.Spec.Ports[0].NodePort, "the API server picks the node port")
+			assert.Equal(t, tc.wantRanges, svc.Spec.LoadBalancerSourceRanges)
+		})
+	}
 }

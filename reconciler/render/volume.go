@@ -10,7 +10,8 @@ import (
 )
 
 // The data volume's markings. LabelNode names the ValkeyNode a claim was made for, so a
-// retained claim still says whose data it holds once that node is gone. LabelReclaim says
+// retained claim still says whose data it holds once that node is gone (it also names a
+// pod's node on the pod, and on the node's external Service, which selects the pod by it). LabelReclaim says
 // what becomes of the claim when its node goes: with Delete the claim is owned by the node
 // and the garbage collector takes it along; with Retain it has no owner and stays. Owning it
 // (rather than deleting it from a finalizer) keeps reclaim right even when the whole cluster

@@ -25,6 +25,7 @@ type clusterSpec struct {
 	ACL              []ACLUser         `json:"acl,omitempty"`
 	Placement        Placement         `json:"placement,omitzero"`
 	PodAnnotations   map[string]string `json:"podAnnotations,omitempty"`
+	ExternalAccess   *ExternalAccess   `json:"externalAccess,omitempty"`
 	DefaultUser      string            `json:"defaultUser,omitempty"`
 	Backup           *BackupSchedule   `json:"backup,omitempty"`
 	RestoreFrom      *RestoreSource    `json:"restoreFrom,omitempty"`
@@ -77,6 +78,24 @@ func (c Cluster) TLSEnabled() bool { return c.spec().TLS != nil }
 func (c Cluster) Placement() Placement { return c.spec().Placement }
 
 func (c Cluster) PodAnnotations() map[string]string { return c.spec().PodAnnotations }
+
+// ExternalAccess is spec.externalAccess, nil when clients reach the cluster only from the
+// pod network.
+func (c Cluster) ExternalAccess() *ExternalAccess { return c.spec().ExternalAccess }
+
+// spec.externalAccess.type values.
+const (
+	ExternalLoadBalancer = "LoadBalancer"
+	ExternalNodePort     = "NodePort"
+)
+
+// ExternalAccess is spec.externalAccess: a Service per node of Type, carrying
+// ServiceAnnotations and (for a LoadBalancer) LoadBalancerSourceRanges.
+type ExternalAccess struct {
+	Type                     string            `json:"type,omitempty"`
+	ServiceAnnotations       map[string]string `json:"serviceAnnotations,omitempty"`
+	LoadBalancerSourceRanges []string          `json:"loadBalancerSourceRanges,omitempty"`
+}
 
 // Backup is spec.backup, nil when the cluster has no backup schedule.
 func (c Cluster) Backup() *BackupSchedule { return c.spec().Backup }
@@ -156,6 +175,11 @@ func (c Cluster) SetPlacement(p Placement) { c.editSpec(func(w *clusterSpec) { w
 
 func (c Cluster) SetPodAnnotations(m map[string]string) {
 	c.editSpec(func(w *clusterSpec) { w.PodAnnotations = m })
+}
+
+// SetExternalAccess stores spec.externalAccess (nil removes it).
+func (c Cluster) SetExternalAccess(e *ExternalAccess) {
+	c.editSpec(func(w *clusterSpec) { w.ExternalAccess = e })
 }
 
 // SetBackup stores spec.backup (nil removes it).

@@ -76,6 +76,14 @@ func setterCases() []setterCase {
 		{"cluster podAnnotations", views.NewClusterObject, func(u *unstructured.Unstructured) { cl(u).SetPodAnnotations(map[string]string{"x": "y"}) }, "spec",
 			map[string]any{"podAnnotations": map[string]any{"x": "y"}}, func(u *unstructured.Unstructured) any { return cl(u).PodAnnotations() },
 			map[string]string{"x": "y"}},
+		{"cluster externalAccess", views.NewClusterObject, func(u *unstructured.Unstructured) {
+			cl(u).SetExternalAccess(&views.ExternalAccess{Type: views.ExternalLoadBalancer,
+				ServiceAnnotations: map[string]string{"a": "b"}, LoadBalancerSourceRanges: []string{"203.0.113.0/24"}})
+		}, "spec", map[string]any{"externalAccess": map[string]any{"type": "LoadBalancer",
+			"serviceAnnotations": map[string]any{"a": "b"}, "loadBalancerSourceRanges": []any{"203.0.113.0/24"}}},
+			func(u *unstructured.Unstructured) any { return cl(u).ExternalAccess() },
+			&views.ExternalAccess{Type: views.ExternalLoadBalancer, ServiceAnnotations: map[string]string{"a": "b"},
+				LoadBalancerSourceRanges: []string{"203.0.113.0/24"}}},
 		{"cluster acl", views.NewClusterObject, func(u *unstructured.Unstructured) { cl(u).SetACL(fullACL) }, "spec",
 			map[string]any{"acl": storedACL}, func(u *unstructured.Unstructured) any { return cl(u).ACL() }, fullACL},
 		{"cluster backup", views.NewClusterObject, func(u *unstructured.Unstructured) { cl(u).SetBackup(fullSchedule) }, "spec",

@@ -1,0 +1,202 @@
+package reconciler
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// TestPlanAnnounces: a server is read only when there is a wish for it and the memory does
+// not know it; it is set when known or read to announce another address, with the ports
+// when either address has one; no wish, an address already held, a server not read, or a
+// release without the setting plans nothing.
+func TestPlanAnnounces(t *testing.T) {
+	lb := model.ClientAddress{IP: "203.0.113.7"}
+	np := model.ClientAddress{IP: "198.51.100.2", Port: 31000}
+	for _, tc := range []struct {
+		name   string
+		member announceMember
+		read   bool
+		set    *announceSet
+	}{
+		{"new server, read empty", announceMember{want: lb, wanted: true, readOK: true}, true, &announceSet{addr: lb}},
+		{"new server, not read yet", announceMember{want: lb, wanted: true}, true, nil},
+		{"new server, read holding its address (operator restarted)", announceMember{want: lb, wanted: true, read: announceHeld{addr: lb}, readOK: true}, true, nil},
+		{"NodePort: the port is set", announceMember{want: np, wanted: true, readOK: true}, true, &announceSet{addr: np, ports: true}},
+		{"known, holding its address (idle)", announceMember{want: lb, wanted: true, held: announceHeld{addr: lb}, known: true}, false, nil},
+		{"known, NodePort to LoadBalancer: the port is cleared", announceMember{want: lb, wanted: true, held: announceHeld{addr: np}, known: true}, false, &announceSet{addr: lb, ports: true}},
+		{"clearing a known address", announceMember{wanted: true, held: announceHeld{addr: lb}, known: true}, false, &announceSet{}},
+		{"clearing, known clear", announceMember{wanted: true, held: announceHeld{}, known: true}, false, nil},
+		{"release without the setting", announceMember{want: lb, wanted: true, read: announceHeld{unsupported: true}, readOK: true}, true, nil},
+		{"no wish (no address yet, feature off)", announceMember{}, false, nil},
+		{"no wish, known", announceMember{held: announceHeld{addr: lb}, known: true}, false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.member
+			m.name = "n0"
+			if tc.read {
+				assert.Equal(t, []string{"n0"}, announcesToRead([]announceMember{m}))
+			} else {
+				assert.Empty(t, announcesToRead([]announceMember{m}))
+			}
+			var want []announceSet
+			if tc.set != nil {
+				s := *tc.set
+				s.name = "n0"
+				want = []announceSet{s}
+			}
+			assert.Equal(t, want, planAnnounces([]announceMember{m}))
+		})
+	}
+}
+
+// announceServers stands in for the servers' client address, counting reads and sets.
+type announceServers struct {
+	Reads
+	held        map[string]model.ClientAddress
+	reads, sets int
+	refuse      bool
+}
+
+func (a *announceServers) ClientAnnounce(_ context.Context, n model.Node) (model.ClientAddress, error) {
+	a.reads++
+	return a.held[n.Name], nil
+}
+
+func (a *announceServers) SetClientAnnounce(_ context.Context, n model.Node, addr model.ClientAddress, _ bool) error {
+	a.sets++
+	if a.refuse {
+		return errors.New("refused")
+	}
+	a.held[n.Name] = addr
+	return nil
+}
+
+// TestAnnounceConcern runs the concern's passes over one 3-node cluster: nothing is read or
+// set before the Services have addresses; then each server is read and set once; an idle
+// pass sends nothing; a restarted operator reads each once and sets none; a failed set is
+// retried; turning the feature off clears each server, after which the Services may go.
+func TestAnnounceConcern(t *testing.T) {
+	srv := &announceServers{held: map[string]model.ClientAddress{}}
+	r := &Reconciler{}
+	key := types.NamespacedName{Namespace: "ns", Name: "c"}
+	external := map[string]model.ClientAddress{}
+	clear := false
+	var last *pass
+	pass := func() (reads, sets int) {
+		p := &pass{key: key, log: logr.Discard(), pods: map[string]*corev1.Pod{}, external: external, externalClear: clear,
+			valkey: &Servers{Reads: srv, Announces: srv}, seen: &observation{}}
+		snap := &model.Snapshot{}
+		for _, name := range []string{"n0", "n1", "n2"} {
+			n := model.Node{Name: name, Addr: name + ":6379"}
+			p.members = append(p.members, n)
+			p.pods[name] = readyPod(name)
+			snap.Nodes = append(snap.Nodes, model.NodeState{Node: n, Reachable: true})
+		}
+		r0, s0 := srv.reads, srv.sets
+		if want := announcesNeed(r, p); len(want.announces) > 0 {
+			p.seen.announces = readAnnounces(context.Background(), srv, p.members, want.announces, snap)
+		}
+		require.Nil(t, r.setAnnounces(context.Background(), p), "the concern never ends a pass")
+		last = p
+		return srv.reads - r0, srv.sets - s0
+	}
+	check := func(step string, reads, sets int, want map[string]model.ClientAddress) {
+		t.Helper()
+		gotReads, gotSets := pass()
+		assert.Equal(t, reads, gotReads, "%s: reads", step)
+		assert.Equal(t, sets, gotSets, "%s: sets", step)
+		assert.Equal(t, want, srv.held, "%s: what each server announces", step)
+	}
+	check("no address yet", 0, 0, map[string]model.ClientAddress{})
+
+	addrs := map[string]model.ClientAddress{"n0": {IP: "203.0.113.1"}, "n1": {IP: "203.0.113.2"}, "n2": {IP: "203.0.113.3"}}
+	for k, v := range addrs {
+		external[k] = v
+	}
+	check("addresses assigned", 3, 3, addrs)
+	check("idle", 0, 0, addrs)
+	r.memory.forget(key)
+	check("operator restarted", 3, 0, addrs)
+
+	external["n1"] = model.ClientAddress{IP: "203.0.113.9"}
+	srv.refuse = true
+	reads, sets := pass()
+	assert.Equal(t, 0, reads, "a known server is not read")
+	assert.Equal(t, 1, sets, "a changed address is set")
+	srv.refuse = false
+	addrs["n1"] = external["n1"]
+	check("after a failed set", 1, 1, addrs)
+
+	clear = true
+	for k := range external {
+		delete(external, k)
+	}
+	assert.False(t, r.announcesCleared(last), "servers still announce")
+	check("feature off", 0, 3, map[string]model.ClientAddress{"n0": {}, "n1": {}, "n2": {}})
+	assert.True(t, r.announcesCleared(last), "every server is known clear: the Services may go")
+	clear = false
+	check("off, idle", 0, 0, map[string]model.ClientAddress{"n0": {}, "n1": {}, "n2": {}})
+}
+
+// readyPod is a running pod whose server is ready.
+func readyPod(name string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.0.0.1",
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "valkey", Ready: true}}}}
+}
+
+// TestExternalAddress: what each kind of Service offers a node's clients.
+func TestExternalAddress(t *testing.T) {
+	lb := func(ingress ...corev1.LoadBalancerIngress) *corev1.Service {
+		return &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+			Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: ingress}}}
+	}
+	np := func(port int32) *corev1.Service {
+		return &corev1.Service{Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{{Port: 6379, NodePort: port}}}}
+	}
+	onNode := func(node string) *corev1.Pod { return &corev1.Pod{Spec: corev1.PodSpec{NodeName: node}} }
+	nodes := map[string]string{"k1": "198.51.100.1"}
+	for _, tc := range []struct {
+		name    string
+		svc     *corev1.Service
+		pod     *corev1.Pod
+		want    model.ClientAddress
+		refused bool
+	}{
+		{"LoadBalancer without ingress yet", lb(), onNode("k1"), model.ClientAddress{}, false},
+		{"LoadBalancer with an IP", lb(corev1.LoadBalancerIngress{IP: "203.0.113.5"}), onNode("k1"), model.ClientAddress{IP: "203.0.113.5"}, false},
+		{"LoadBalancer: the first IP", lb(corev1.LoadBalancerIngress{Hostname: "lb.example"}, corev1.LoadBalancerIngress{IP: "203.0.113.6"}), nil, model.ClientAddress{IP: "203.0.113.6"}, false},
+		{"LoadBalancer with a hostname only", lb(corev1.LoadBalancerIngress{Hostname: "lb.example"}), nil, model.ClientAddress{}, true},
+		{"NodePort on a scheduled pod", np(31001), onNode("k1"), model.ClientAddress{IP: "198.51.100.1", Port: 31001}, false},
+		{"NodePort, pod not scheduled", np(31001), onNode(""), model.ClientAddress{}, false},
+		{"NodePort, node without an address", np(31001), onNode("k2"), model.ClientAddress{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, why := externalAddress(tc.svc, tc.pod, nodes)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, tc.refused, why != "", why)
+		})
+	}
+}
+
+// TestNodeAddress: a node's ExternalIP, else its InternalIP, IPv4 only.
+func TestNodeAddress(t *testing.T) {
+	node := func(addrs ...corev1.NodeAddress) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Addresses: addrs}}
+	}
+	internal := corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.1.0.1"}
+	external := corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.1"}
+	v6 := corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "2001:db8::1"}
+	assert.Equal(t, "198.51.100.1", nodeAddress(node(internal, external)))
+	assert.Equal(t, "10.1.0.1", nodeAddress(node(v6, internal)))
+	assert.Empty(t, nodeAddress(node(v6)))
+}
