@@ -111,6 +111,9 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 	}
 	o.BackupRunning = r.runningBackup(ctx, p)
 	r.markInSync(ctx, p, o)
+	if out := r.answerRequest(ctx, p, o); out != nil {
+		return out
+	}
 	a := plan.Next(o)
 	return r.act(ctx, p, a)
 }
