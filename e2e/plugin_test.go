@@ -115,7 +115,8 @@ func (n *ns) serverViews(cluster, password string) map[string]serverView { // by
 // TestPluginStatusAndFailover: `kubectl valkey status` of a healthy 2x1 cluster says, node by
 // node, what the servers themselves say; `kubectl valkey failover` of a primary moves it to
 // its replica through the operator with no acknowledged write lost; a failover of a replica
-// and a malformed request are refused, and a rebalance of a balanced cluster does nothing.
+// and a malformed request are refused, and a rebalance of a balanced cluster does nothing;
+// during a scale-out to 3 shards status shows desired ahead of formed until it is done.
 func TestPluginStatusAndFailover(t *testing.T) {
 	n := newNamespace(t, "e2e-plugin")
 	const cluster = "plug"
@@ -256,7 +257,38 @@ func TestPluginStatusAndFailover(t *testing.T) {
 	assert.Contains(t, events, `RequestRefused: request "failover:`+replica+`" refused`)
 	assert.Contains(t, events, "TopologyAction: Failover: requested: "+old)
 	n.waitStatusMatchesServers(cluster)
-	finishDay2(t, w, watch, "a failover requested with kubectl valkey")
+
+	// A scale-out to 3 shards, watched with status: desired runs ahead of formed until the
+	// new shard holds its slots; a slot move caught in progress names its ends.
+	n.patchTopology(cluster, 3, 1)
+	var midway, moves int
+	n.eventually(3*time.Minute, 300*time.Millisecond, "status shows the scale-out through", func() (bool, string, error) {
+		r := u.status(cluster)
+		if r.Desired.Shards == 3 && r.Formed.Shards == 2 {
+			midway++
+		}
+		names := map[string]bool{}
+		for _, nr := range r.Nodes {
+			names[nr.Name] = true
+		}
+		for _, m := range r.Moves {
+			moves++
+			assert.True(t, names[m.From] && names[m.To], "a move between two of the cluster's nodes: %+v", m)
+			assert.Positive(t, m.SlotsLeft, "%+v", m)
+		}
+		active := 0
+		for _, nr := range r.Nodes {
+			if nr.Lifecycle == "Active" && nr.Error == "" {
+				active++
+			}
+		}
+		return r.Formed == kubectlvalkey.Topology{Shards: 3, ReplicasPerShard: 1} && len(r.Nodes) == 6 && active == 6,
+			fmt.Sprintf("formed %+v, %d nodes, %d active", r.Formed, len(r.Nodes), active), nil
+	})
+	t.Logf("e2e: during the scale-out status said 2 of 3 shards formed %d time(s) and showed %d slot move(s) in progress", midway, moves)
+	assert.Positive(t, midway, "status shows the scale-out under way (2 of 3 shards formed)")
+	n.waitConverged(cluster, 6, 2*time.Minute)
+	finishDay2(t, w, watch, "a failover requested with kubectl valkey and a scale-out to 3 shards")
 }
 
 // operatorPatch sends a dry-run merge patch of ValkeyCluster ns/name as the operator's

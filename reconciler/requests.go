@@ -51,23 +51,39 @@ func (r *Reconciler) answerRequest(ctx context.Context, p *pass, o plan.Observed
 	case ans.Note != "":
 		verdict, why = views.AnswerNothing, ans.Note
 	}
+	if out := r.reply(ctx, p, raw, req.Kind, verdict, why); out != nil || verdict != views.AnswerAccepted {
+		return out
+	}
+	return r.act(ctx, p, ans.Action)
+}
+
+// refuseRequest refuses the cluster's standing request, if any, for a reason found before
+// planning (a slot move running in the background, during which nothing is planned).
+func (r *Reconciler) refuseRequest(ctx context.Context, p *pass, why string) *outcome {
+	raw := p.cluster.Request()
+	if raw == "" {
+		return nil
+	}
+	req, _ := views.ParseRequest(raw)
+	return r.reply(ctx, p, raw, req.Kind, views.AnswerRefused, why)
+}
+
+// reply removes the request and records the answer (annotation and Event). It returns nil
+// once answered; an outcome when the pass must end (the cluster changed meanwhile: the next
+// pass answers the newer request).
+func (r *Reconciler) reply(ctx context.Context, p *pass, raw, kind, verdict, why string) *outcome {
 	if err := r.clearRequest(ctx, p, views.FormatAnswer(verdict, raw, why)); err != nil {
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-			return done(ctrl.Result{RequeueAfter: nextActionDelay}, nil) // changed meanwhile: answer the newer one
+			return done(ctrl.Result{RequeueAfter: nextActionDelay}, nil)
 		}
 		return done(ctrl.Result{}, err)
 	}
-	note := fmt.Sprintf("request %q %s: %s", raw, verdict, why)
-	switch verdict {
-	case views.AnswerRefused:
-		r.answer(p, corev1.EventTypeWarning, ReasonRequestRefused, req.Kind, note)
-		return nil
-	case views.AnswerNothing:
-		r.answer(p, corev1.EventTypeNormal, ReasonRequest, req.Kind, note)
-		return nil
+	eventType, reason := corev1.EventTypeNormal, ReasonRequest
+	if verdict == views.AnswerRefused {
+		eventType, reason = corev1.EventTypeWarning, ReasonRequestRefused
 	}
-	r.answer(p, corev1.EventTypeNormal, ReasonRequest, req.Kind, note)
-	return r.act(ctx, p, ans.Action)
+	r.answer(p, eventType, reason, kind, fmt.Sprintf("request %q %s: %s", raw, verdict, why))
+	return nil
 }
 
 // clearRequest removes the request annotation and records the answer beside it, on the
