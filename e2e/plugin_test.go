@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gomomento/valkey-operator/internal/kubectlvalkey"
+	"github.com/gomomento/valkey-operator/internal/testcerts"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,10 +117,15 @@ func (n *ns) serverViews(cluster, password string) map[string]serverView { // by
 // node, what the servers themselves say; `kubectl valkey failover` of a primary moves it to
 // its replica through the operator with no acknowledged write lost; a failover of a replica
 // and a malformed request are refused, and a rebalance of a balanced cluster does nothing;
-// during a scale-out to 3 shards status shows desired ahead of formed until it is done.
+// during a scale-out to 3 shards status shows desired ahead of formed until it is done; and a
+// TLS cluster's servers are read too, with its certificate's expiry.
 func TestPluginStatusAndFailover(t *testing.T) {
 	n := newNamespace(t, "e2e-plugin")
-	const cluster = "plug"
+	const cluster, tlsCluster, tlsSecret = "plug", "plugtls", "plugtls-tls"
+	// A TLS cluster beside it, formed meanwhile (one namespace: one teardown).
+	applyMenu(n)
+	notAfter := time.Now().Add(90 * 24 * time.Hour).UTC().Truncate(time.Second)
+	n.applyTLSCluster(tlsCluster, tlsSecret, notAfter)
 	w, watch := day2(t, n, cluster, 2, 1)
 	u := newPluginUser(t, n)
 	password := n.secretValue(cluster+"-auth", "password")
@@ -289,6 +295,8 @@ func TestPluginStatusAndFailover(t *testing.T) {
 	assert.Positive(t, midway, "status shows the scale-out under way (2 of 3 shards formed)")
 	n.waitConverged(cluster, 6, 2*time.Minute)
 	finishDay2(t, w, watch, "a failover requested with kubectl valkey and a scale-out to 3 shards")
+
+	checkTLSStatus(t, n, u, tlsCluster, tlsSecret, notAfter)
 }
 
 // operatorPatch sends a dry-run merge patch of ValkeyCluster ns/name as the operator's
@@ -306,4 +314,40 @@ func operatorPatch(ns, name, patch string) error {
 	defer cancel()
 	_, err = dyn.Resource(clustersGVR).Namespace(ns).Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	return err
+}
+
+// applyTLSCluster creates a TLS Secret whose certificate expires at notAfter and a 1x0 cluster
+// using it.
+func (n *ns) applyTLSCluster(cluster, secret string, notAfter time.Time) {
+	n.t.Helper()
+	certs := testcerts.New(n.t, testcerts.Options{DNSNames: testcerts.ForCluster(cluster, n.name), NotAfter: notAfter})
+	dir := n.t.TempDir()
+	for name, data := range certs.Data() {
+		require.NoError(n.t, os.WriteFile(filepath.Join(dir, name), data, 0o600))
+	}
+	n.kubectl("create", "secret", "generic", secret, "--type=kubernetes.io/tls", "--from-file="+filepath.Join(dir, "tls.crt"),
+		"--from-file="+filepath.Join(dir, "tls.key"), "--from-file="+filepath.Join(dir, "ca.crt"))
+	n.kubectlIn(fmt.Sprintf("apiVersion: valkey.gomomento.com/v1alpha1\nkind: ValkeyCluster\nmetadata:\n  name: %s\nspec:\n  configRef: standard\n  shards: 1\n  replicasPerShard: 0\n  tls:\n    secretRef: %s\n",
+		cluster, secret), "apply", "-f", "-")
+}
+
+// checkTLSStatus: with TLS on, status reads the servers through valkey-cli's TLS flags (the
+// pod's own CA file) and reports the certificate's expiry from the TLS Secret.
+func checkTLSStatus(t *testing.T, n *ns, u *pluginUser, cluster, secret string, notAfter time.Time) {
+	t.Helper()
+	var r kubectlvalkey.Report
+	n.eventually(time.Minute, 500*time.Millisecond, "status of the TLS cluster formed", func() (bool, string, error) {
+		r = u.status(cluster)
+		return r.Formed == kubectlvalkey.Topology{Shards: 1, ReplicasPerShard: 0} && len(r.Nodes) == 1, fmt.Sprintf("formed %+v, nodes %+v", r.Formed, r.Nodes), nil
+	})
+	for _, nr := range r.Nodes {
+		assert.Empty(t, nr.Error, nr.Name)
+		assert.NotEmpty(t, nr.ID, nr.Name)
+		assert.Equal(t, 16384, nr.SlotCount, nr.Name)
+	}
+	if assert.NotNil(t, r.TLS) {
+		assert.Equal(t, secret, r.TLS.Secret)
+		assert.Empty(t, r.TLS.Error)
+		assert.True(t, notAfter.Equal(r.TLS.NotAfter), "expiry %s, the certificate's %s", r.TLS.NotAfter, notAfter)
+	}
 }
