@@ -32,7 +32,7 @@ var nodeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // ParseRequest reads an annotation value; an error names what is wrong with it.
 func ParseRequest(s string) (Request, error) {
-	kind, node, hasNode := strings.Cut(strings.TrimSpace(s), ":")
+	kind, node, hasNode := strings.Cut(s, ":")
 	switch {
 	case kind == RequestRebalance && !hasNode:
 		return Request{Kind: RequestRebalance}, nil
