@@ -48,6 +48,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	wait := fs.Duration("wait", 2*time.Minute, "how long failover and rebalance wait for the operator")
 	fs.Usage = func() { fmt.Fprint(stderr, usage); fs.PrintDefaults() }
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 2
 	}
 	cmd, err := parseCommand(fs.Args(), *output)

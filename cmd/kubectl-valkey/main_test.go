@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -35,6 +37,25 @@ func TestParseCommand(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	tests := []struct {
+		args []string
+		want int
+		out  string // a part of stderr
+	}{
+		{args: []string{"--help"}, want: 0, out: "kubectl valkey status CLUSTER"},
+		{args: []string{"bogus", "x"}, want: 2, out: `unknown command "bogus"`},
+		{args: []string{"--nope"}, want: 2, out: "unknown flag: --nope"},
+	}
+	for _, tc := range tests {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			assert.Equal(t, tc.want, run(context.Background(), tc.args, &stdout, &stderr))
+			assert.Contains(t, stderr.String(), tc.out)
 		})
 	}
 }
