@@ -80,3 +80,18 @@ func ParseAnswer(s string) (verdict, raw, why string) {
 
 // RequestAnswer is the raw RequestAnswerAnnotation value, "" when none was written.
 func (c Cluster) RequestAnswer() string { return c.U.GetAnnotations()[RequestAnswerAnnotation] }
+
+// SetRequest sets the request annotation to raw ("" removes it), as `kubectl valkey` does
+// with a patch; for tests and tools that edit a whole object.
+func (c Cluster) SetRequest(raw string) {
+	a := c.U.GetAnnotations()
+	if a == nil {
+		a = map[string]string{}
+	}
+	if raw == "" {
+		delete(a, RequestAnnotation)
+	} else {
+		a[RequestAnnotation] = raw
+	}
+	c.U.SetAnnotations(a)
+}
