@@ -107,9 +107,10 @@ func (r *Reconciler) clearRequest(ctx context.Context, p *pass, answer string) e
 	return nil
 }
 
-// answer records the answer to a request. events.k8s.io folds Events with the same reason and
-// action into one series whatever their note says, so the action carries a digest of the note:
-// a different answer is an Event of its own, and `kubectl valkey` finds it.
+// answer records the answer to a request as an Event. events.k8s.io folds Events with the same
+// reason and action into one series whatever their note says, so the action carries a digest
+// of the note: a different answer is an Event of its own. (The plugin reads the answer
+// annotation instead: a repeated identical Event reaches the API server only minutes later.)
 func (r *Reconciler) answer(p *pass, eventType, reason, kind, note string) {
 	if kind == "" {
 		kind = "request"
