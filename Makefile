@@ -31,10 +31,12 @@ ENVTEST_PKGS = $(shell git ls-files -co --exclude-standard '*_test.go' | xargs -
 
 all: build
 
-## build: compile every package and the operator binary into bin/manager
+## build: compile every package, the operator binary into bin/manager and the kubectl plugin
+## into bin/kubectl-valkey (copy it onto PATH: `kubectl valkey status CLUSTER`)
 build:
 	go build ./...
 	go build -trimpath -ldflags='-s -w' -o bin/manager ./cmd/manager
+	go build -trimpath -ldflags='-s -w' -o bin/kubectl-valkey ./cmd/kubectl-valkey
 
 ## image: the operator's container image (static binary on BASE_IMAGE, non-root)
 image: build

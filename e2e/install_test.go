@@ -156,7 +156,13 @@ func uninstallClusterScoped(objs []*unstructured.Unstructured) error {
 // token`), so the operator process holds exactly the ServiceAccount's rights. The token is
 // written only to the file (mode 0600), never logged.
 func writeOperatorKubeconfig(adminKubeconfig, path string) error {
-	token, err := kubectlRun("", "create", "token", operatorServiceAccount, "-n", operatorNamespace, "--duration", operatorTokenLifetime)
+	return writeTokenKubeconfig(adminKubeconfig, path, operatorServiceAccount, operatorNamespace, operatorTokenLifetime)
+}
+
+// writeTokenKubeconfig writes a kubeconfig for ServiceAccount namespace/account to path, as
+// writeOperatorKubeconfig does, its context in that namespace.
+func writeTokenKubeconfig(adminKubeconfig, path, account, namespace, lifetime string) error {
+	token, err := kubectlRun("", "create", "token", account, "-n", namespace, "--duration", lifetime)
 	if err != nil {
 		return fmt.Errorf("kubectl create token: %w", err)
 	}
@@ -170,9 +176,9 @@ func writeOperatorKubeconfig(adminKubeconfig, path string) error {
 	}
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["devcluster"] = admin.Clusters[ctx.Cluster].DeepCopy()
-	kc.AuthInfos[operatorServiceAccount] = &clientcmdapi.AuthInfo{Token: strings.TrimSpace(token)}
-	kc.Contexts["operator"] = &clientcmdapi.Context{Cluster: "devcluster", AuthInfo: operatorServiceAccount, Namespace: operatorNamespace}
-	kc.CurrentContext = "operator"
+	kc.AuthInfos[account] = &clientcmdapi.AuthInfo{Token: strings.TrimSpace(token)}
+	kc.Contexts[account] = &clientcmdapi.Context{Cluster: "devcluster", AuthInfo: account, Namespace: namespace}
+	kc.CurrentContext = account
 	if err := clientcmd.WriteToFile(*kc, path); err != nil {
 		return err
 	}

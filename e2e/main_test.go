@@ -46,6 +46,8 @@ var suite struct {
 	operatorKubeconfig string
 	// inCluster is set while the operator runs from deploy/'s Deployment instead of operator.
 	inCluster bool
+	// pluginDir holds kubectl-valkey, the `kubectl valkey` plugin (plugin_test.go).
+	pluginDir string
 }
 
 func TestMain(m *testing.M) {
@@ -97,7 +99,15 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e: building cmd/manager: %v\n%s", err, out)
 		return 1
 	}
-	fmt.Printf("e2e: operator built in %.1fs\n", time.Since(start).Seconds())
+	// The kubectl plugin, in a folder of its own that plugin tests put on kubectl's PATH.
+	suite.pluginDir = filepath.Join(tmp, "plugin")
+	build = exec.Command("go", "build", "-o", filepath.Join(suite.pluginDir, "kubectl-valkey"), "./cmd/kubectl-valkey")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: building cmd/kubectl-valkey: %v\n%s", err, out)
+		return 1
+	}
+	fmt.Printf("e2e: operator and kubectl plugin built in %.1fs\n", time.Since(start).Seconds())
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	start = time.Now()

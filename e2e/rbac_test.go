@@ -50,7 +50,6 @@ func TestOperatorRBACIsNarrow(t *testing.T) {
 		{"deletecollection", "services", "", "default"},
 		{"create", "serviceaccounts", "token", "default"},
 		{"update", "valkeyclusters.valkey.gomomento.com", "", "default"},
-		{"patch", "valkeyclusters.valkey.gomomento.com", "", "default"},
 		{"delete", "valkeyclusters.valkey.gomomento.com", "", "default"},
 		{"update", "valkeynodes.valkey.gomomento.com", "", "default"},
 		{"create", "valkeyconfigs.valkey.gomomento.com", "", ""},

@@ -54,6 +54,9 @@ func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 		// meanwhile: connecting with changed credentials (a rotated password, a new
 		// certificate) would close the pooled client the move is using.
 		p.log.V(1).Info("waiting", "reason", "a slot move is under way")
+		if out := r.refuseRequest(ctx, p, "another topology action runs: a slot move is under way"); out != nil {
+			return out
+		}
 		return done(ctrl.Result{RequeueAfter: moveCheck}, nil)
 	}
 	p.members = nil
@@ -111,6 +114,9 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 	}
 	o.BackupRunning = r.runningBackup(ctx, p)
 	r.markInSync(ctx, p, o)
+	if out := r.answerRequest(ctx, p, o); out != nil {
+		return out
+	}
 	a := plan.Next(o)
 	return r.act(ctx, p, a)
 }
