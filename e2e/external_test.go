@@ -82,6 +82,15 @@ spec:
 	assert.GreaterOrEqual(t, strings.Count(events, " to clients"), 8, "an Event per announced address:\n%s", events)
 	annotations := n.kubectl("get", "svc", "-l", "valkey.gomomento.com/node", "-o", `jsonpath={range .items[*]}{.metadata.annotations.example\.com/team}{"\n"}{end}`)
 	assert.Equal(t, 8, strings.Count(annotations, "payments"), "every node's Service carries the annotation")
+	// kubectl valkey status, as a user with the example viewer role, shows each node's
+	// external address: the ones the Services offer and CLUSTER SHARDS names (waitExternal).
+	report := newPluginUser(t, n).status(cluster)
+	var shown []string
+	for _, node := range report.Nodes {
+		shown = append(shown, node.External)
+	}
+	sort.Strings(shown)
+	assert.Equal(t, n.externalAddrs(cluster), shown, "kubectl valkey status: every node's external address")
 	t.Logf("e2e: external access: the client's dialer refused %d pod-network dials: %s", external.refused.Load(), external.refusals())
 	finishDay2(t, w, watch, "failover and scale-out through external addresses")
 }

@@ -68,6 +68,18 @@ const (
 	// ReasonRestoreShardLoaded: a restored cluster formed; one per shard, with the keys its
 	// primary holds against the backup's count.
 	ReasonRestoreShardLoaded = "RestoreShardLoaded"
+
+	// External access (external.go) and requests (requests.go).
+	// ReasonExternalRefused (Warning): a node cannot be given the external address asked for (a
+	// NodePort below Valkey 9.0, a load balancer that gives a hostname only).
+	ReasonExternalRefused = "ExternalAccessRefused"
+	// ReasonClientAddress (Normal): a server now announces this client address.
+	ReasonClientAddress = "ClientAddressAnnounced"
+	// ReasonRequest: a request was carried out, or needed nothing (a balanced cluster).
+	ReasonRequest = "Request"
+	// ReasonRequestRefused (Warning): a request was refused: another topology action runs, the
+	// node is no primary, it has no in-sync replica, or the annotation is malformed.
+	ReasonRequestRefused = "RequestRefused"
 )
 
 // event records a Normal Event on the cluster. events.k8s.io folds Events with the same

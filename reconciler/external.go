@@ -31,16 +31,7 @@ import (
 // Creating and Active (a forming cluster's nodes get their Services early, so an address is
 // usually there by the time a node serves slots). With the feature off, Services left from
 // when it was on stay until every member is known to announce nothing (the announce concern
-// clears them), then go.
-
-// Warning of external access.
-const (
-	// ReasonExternalRefused: a node cannot be given the external address asked for (a
-	// NodePort below Valkey 9.0, a load balancer that gives a hostname only).
-	ReasonExternalRefused = "ExternalAccessRefused"
-	// ReasonClientAddress (Normal): a server now announces this client address.
-	ReasonClientAddress = "ClientAddressAnnounced"
-)
+// clears them), then go. Its Event reasons are in events.go.
 
 // ensureExternal applies each node's external Service while spec.externalAccess is on,
 // gives pods made before the node label existed that label (their Service selects by it),
@@ -77,7 +68,7 @@ func (r *Reconciler) ensureExternal(ctx context.Context, p *pass) *outcome {
 			if err := r.labelPodForService(ctx, p, n.Name()); err != nil {
 				return done(ctrl.Result{}, err)
 			}
-			addr, why := externalAddress(svc, p.pods[n.Name()], p.nodeAddrs)
+			addr, why := render.ExternalAddress(svc, p.pods[n.Name()], p.nodeAddrs)
 			if why != "" {
 				refused = append(refused, n.Name()+": "+why)
 			}
@@ -160,44 +151,4 @@ func (r *Reconciler) labelPodForService(ctx context.Context, p *pass, node strin
 	}
 	p.log.Info("labelled pod for its external Service", "pod", node)
 	return nil
-}
-
-// externalAddress is the client address svc offers for pod: a LoadBalancer's first IP
-// ingress on the client port (no port of its own), or a NodePort's node port on the
-// address of the Kubernetes node running the pod. The zero address while there is none yet
-// (no ingress, pod not scheduled); why says what stops there ever being one.
-func externalAddress(svc *corev1.Service, pod *corev1.Pod, nodeAddrs map[string]string) (addr model.ClientAddress, why string) {
-	switch svc.Spec.Type {
-	case corev1.ServiceTypeLoadBalancer:
-		for _, in := range svc.Status.LoadBalancer.Ingress {
-			if in.IP != "" {
-				return model.ClientAddress{IP: in.IP}, ""
-			}
-		}
-		if len(svc.Status.LoadBalancer.Ingress) > 0 {
-			return model.ClientAddress{}, "its load balancer gives a hostname (" + svc.Status.LoadBalancer.Ingress[0].Hostname + ") and no IP; servers announce IPv4 addresses only"
-		}
-	case corev1.ServiceTypeNodePort:
-		if pod == nil || pod.Spec.NodeName == "" || len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].NodePort == 0 {
-			return model.ClientAddress{}, ""
-		}
-		if ip := nodeAddrs[pod.Spec.NodeName]; ip != "" {
-			return model.ClientAddress{IP: ip, Port: int(svc.Spec.Ports[0].NodePort)}, ""
-		}
-		return model.ClientAddress{}, "its Kubernetes node " + pod.Spec.NodeName + " has no IPv4 ExternalIP or InternalIP"
-	}
-	return model.ClientAddress{}, ""
-}
-
-// nodeAddress is the IPv4 address clients outside reach a Kubernetes node at: its
-// ExternalIP, else its InternalIP ("" without either).
-func nodeAddress(node *corev1.Node) string {
-	for _, kind := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
-		for _, a := range node.Status.Addresses {
-			if a.Type == kind && !strings.Contains(a.Address, ":") {
-				return a.Address
-			}
-		}
-	}
-	return ""
 }

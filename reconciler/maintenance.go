@@ -58,7 +58,7 @@ func (r *Reconciler) loadMaintenance(ctx context.Context, p *pass) error {
 		default:
 			p.maintenance[name] = inMaintenance(node)
 			p.zones[name] = nodeZone(node)
-			p.nodeAddrs[name] = nodeAddress(node)
+			p.nodeAddrs[name] = render.NodeAddress(node)
 		}
 	}
 	return nil
@@ -100,7 +100,7 @@ func (r *Reconciler) nodeToClusters(ctx context.Context, o client.Object) []reco
 	return out
 }
 
-// nodeSchedulingOnly trims a cached Node to what inMaintenance, nodeZone and nodeAddress read:
+// nodeSchedulingOnly trims a cached Node to what inMaintenance, nodeZone and render.NodeAddress read:
 // the rest of a node's status (images, conditions) is most of its size and changes with every
 // heartbeat; its addresses are small and stay.
 func nodeSchedulingOnly(o any) (any, error) {

@@ -18,15 +18,8 @@ import (
 // Requests: a user asks for a failover or a rebalance through the cluster's request
 // annotation (views.RequestAnnotation, set by `kubectl valkey`); the planner answers it
 // (plan.AnswerRequest) and the reconciler removes the annotation, records the answer as an
-// Event, and carries the action out with the same code as a planned one. Without the
-// annotation nothing here reads or writes anything.
-const (
-	// ReasonRequest: a request was carried out, or needed nothing (a balanced cluster).
-	ReasonRequest = "Request"
-	// ReasonRequestRefused (Warning): a request was refused: another topology action runs, the
-	// node is no primary, it has no in-sync replica, or the annotation is malformed.
-	ReasonRequestRefused = "RequestRefused"
-)
+// Event (reasons in events.go), and carries the action out with the same code as a planned
+// one. Without the annotation nothing here reads or writes anything.
 
 // answerRequest answers the cluster's standing request, if any, before the planner's own
 // action. The annotation is removed first: a request is carried out at most once, even when

@@ -107,25 +107,33 @@ func (c *Client) Status(ctx context.Context, ns, name string) (*Report, error) {
 		return nil, err
 	}
 	pods := map[string]*corev1.Pod{}
-	zones := map[string]string{} // Kubernetes node -> zone ("" when unreadable)
+	k8sNodes := map[string]*corev1.Node{} // by name; nil when unreadable
+	nodeAddrs := map[string]string{}      // render.NodeAddress of each readable one
 	for _, n := range nodes {
 		nr := NodeReport{Name: n.Name(), Shard: n.Shard(), Lifecycle: n.Status().Lifecycle, IP: n.Status().PodIP}
-		if pod, err := c.Core.CoreV1().Pods(ns).Get(ctx, n.Name(), metav1.GetOptions{}); err == nil {
+		pod, err := c.Core.CoreV1().Pods(ns).Get(ctx, n.Name(), metav1.GetOptions{})
+		if err == nil {
 			pods[n.Name()] = pod
 			nr.Pod, nr.Node = pod.Name, pod.Spec.NodeName
 			if pod.Status.PodIP != "" {
 				nr.IP = pod.Status.PodIP
 			}
-			if z, seen := zones[nr.Node]; seen {
-				nr.Zone = z
-			} else if nr.Node != "" {
-				if k, err := c.Core.CoreV1().Nodes().Get(ctx, nr.Node, metav1.GetOptions{}); err == nil {
-					zones[nr.Node] = k.Labels[zoneLabel]
-				} else {
-					zones[nr.Node] = "" // no right to read nodes: the zone stays unknown
+			if _, seen := k8sNodes[nr.Node]; !seen && nr.Node != "" {
+				// No right to read nodes: the zone (and a NodePort's address) stays unknown.
+				k, _ := c.Core.CoreV1().Nodes().Get(ctx, nr.Node, metav1.GetOptions{})
+				k8sNodes[nr.Node] = k
+				if k != nil {
+					nodeAddrs[nr.Node] = render.NodeAddress(k)
 				}
-				nr.Zone = zones[nr.Node]
 			}
+			if k := k8sNodes[nr.Node]; k != nil {
+				nr.Zone = k.Labels[zoneLabel]
+			}
+		} else {
+			pod = nil
+		}
+		if cl.ExternalAccess() != nil {
+			nr.External = c.externalAddress(ctx, ns, n.Name(), pod, nodeAddrs)
 		}
 		r.Nodes = append(r.Nodes, nr)
 	}
@@ -137,6 +145,23 @@ func (c *Client) Status(ctx context.Context, ns, name string) (*Report, error) {
 		r.TLS = c.certificate(ctx, ns, ref)
 	}
 	return r, nil
+}
+
+// externalAddress is the client address node's external Service offers (the one its
+// server is told to announce, as the operator computes it), or why there is none.
+func (c *Client) externalAddress(ctx context.Context, ns, node string, pod *corev1.Pod, nodeAddrs map[string]string) string {
+	svc, err := c.Core.CoreV1().Services(ns).Get(ctx, render.ExternalServiceName(node), metav1.GetOptions{})
+	if err != nil {
+		return "? (Service " + reason(err) + ")"
+	}
+	addr, why := render.ExternalAddress(svc, pod, nodeAddrs)
+	switch {
+	case why != "":
+		return "? (" + why + ")"
+	case addr.IP == "":
+		return "pending"
+	}
+	return addr.String()
 }
 
 // live runs LiveScript in every running server's container, at once; it says which path it
@@ -227,8 +252,9 @@ func (c *Client) exec(ctx context.Context, pod *corev1.Pod, cmd []string, stdin 
 	return stdout.String(), nil
 }
 
-// topologyReasons are the Event reasons of topology actions and requests (the reconciler's).
-var topologyReasons = map[string]bool{"TopologyAction": true, "Request": true, "RequestRefused": true, "Bootstrap": true, "ClusterFormed": true, "NodeRetired": true, "StateChanged": true}
+// topologyReasons are the Event reasons of topology actions, requests and announced client
+// addresses (the reconciler's).
+var topologyReasons = map[string]bool{"TopologyAction": true, "Request": true, "RequestRefused": true, "Bootstrap": true, "ClusterFormed": true, "NodeRetired": true, "StateChanged": true, "ClientAddressAnnounced": true}
 
 // recentWarnings is how far back a Warning counts as standing: the operator repeats a
 // Warning whose condition stands only when its message changes, so its age is no proof it

@@ -46,6 +46,9 @@ type NodeReport struct {
 	Zone      string `json:"zone,omitempty"`
 	Node      string `json:"node,omitempty"` // the Kubernetes node
 	IP        string `json:"ip,omitempty"`
+	// External is the address clients outside the pod network use (spec.externalAccess):
+	// host:port, "pending" until the Service has one, "? (why)" when it cannot.
+	External string `json:"external,omitempty"`
 	// From the server itself (empty when it did not answer: see Error).
 	ID        string   `json:"id,omitempty"`
 	Role      string   `json:"role,omitempty"`
@@ -179,7 +182,15 @@ func (r *Report) WriteText(w io.Writer, now time.Time) error {
 	}
 	p.f("Live data: %s\n\n", r.Live)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSHARD\tLIFECYCLE\tROLE\tSLOTS\tRANGES\tKEYS\tLINK\tLAG\tZONE\tK8S NODE\tIP")
+	external := false
+	for _, n := range r.Nodes {
+		external = external || n.External != ""
+	}
+	header := "NODE\tSHARD\tLIFECYCLE\tROLE\tSLOTS\tRANGES\tKEYS\tLINK\tLAG\tZONE\tK8S NODE\tIP"
+	if external {
+		header += "\tEXTERNAL"
+	}
+	fmt.Fprintln(tw, header)
 	for _, n := range r.Nodes {
 		link, lag := dash(n.Link), "-"
 		if n.Primary != "" {
@@ -195,8 +206,12 @@ func (r *Report) WriteText(w io.Writer, now time.Time) error {
 		if n.Error != "" {
 			role = "? (" + n.Error + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", n.Name, n.Shard, n.Lifecycle, role, n.SlotCount,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s", n.Name, n.Shard, n.Lifecycle, role, n.SlotCount,
 			dash(strings.Join(n.Slots, ",")), n.Keys, link, lag, dash(n.Zone), dash(n.Node), dash(n.IP))
+		if external {
+			fmt.Fprintf(tw, "\t%s", dash(n.External))
+		}
+		fmt.Fprintln(tw)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

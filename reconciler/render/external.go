@@ -2,8 +2,10 @@ package render
 
 import (
 	"maps"
+	"strings"
 
 	"github.com/gomomento/valkey-operator/reconciler/views"
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -48,4 +50,44 @@ func ExternalService(cluster, node, namespace string, ea views.ExternalAccess) *
 		svc = svc.WithAnnotations(maps.Clone(ea.ServiceAnnotations))
 	}
 	return svc
+}
+
+// ExternalAddress is the client address svc offers for pod: a LoadBalancer's first IP
+// ingress on the client port (no port of its own), or a NodePort's node port on the
+// address of the Kubernetes node running the pod (nodeAddrs: NodeAddress by node name). The zero address while there is none yet
+// (no ingress, pod not scheduled); why says what stops there ever being one.
+func ExternalAddress(svc *corev1.Service, pod *corev1.Pod, nodeAddrs map[string]string) (addr model.ClientAddress, why string) {
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeLoadBalancer:
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if in.IP != "" {
+				return model.ClientAddress{IP: in.IP}, ""
+			}
+		}
+		if len(svc.Status.LoadBalancer.Ingress) > 0 {
+			return model.ClientAddress{}, "its load balancer gives a hostname (" + svc.Status.LoadBalancer.Ingress[0].Hostname + ") and no IP; servers announce IPv4 addresses only"
+		}
+	case corev1.ServiceTypeNodePort:
+		if pod == nil || pod.Spec.NodeName == "" || len(svc.Spec.Ports) == 0 || svc.Spec.Ports[0].NodePort == 0 {
+			return model.ClientAddress{}, ""
+		}
+		if ip := nodeAddrs[pod.Spec.NodeName]; ip != "" {
+			return model.ClientAddress{IP: ip, Port: int(svc.Spec.Ports[0].NodePort)}, ""
+		}
+		return model.ClientAddress{}, "its Kubernetes node " + pod.Spec.NodeName + " has no IPv4 ExternalIP or InternalIP"
+	}
+	return model.ClientAddress{}, ""
+}
+
+// NodeAddress is the IPv4 address clients outside reach a Kubernetes node at: its
+// ExternalIP, else its InternalIP ("" without either).
+func NodeAddress(node *corev1.Node) string {
+	for _, kind := range []corev1.NodeAddressType{corev1.NodeExternalIP, corev1.NodeInternalIP} {
+		for _, a := range node.Status.Addresses {
+			if a.Type == kind && !strings.Contains(a.Address, ":") {
+				return a.Address
+			}
+		}
+	}
+	return ""
 }
