@@ -125,7 +125,7 @@ func (r *Reconciler) planActive(ctx context.Context, p *pass) *outcome {
 // servers' own views, planned towards shards x replicas. Hash is left for the caller: only a
 // configRef that resolves gives one.
 func (r *Reconciler) observed(p *pass, shards, replicas int) plan.Observed {
-	o := plan.Observed{Shards: shards, Replicas: replicas, SlowStart: r.opts.SlowStart}
+	o := plan.Observed{Shards: shards, Replicas: replicas, SlowStart: r.opts.SlowStart, ClientAddresses: p.cluster.ExternalAccess() != nil}
 	for _, n := range p.nodes {
 		spec := n.Spec()
 		pn := plan.Node{Name: n.Name(), Shard: spec.Shard, Hash: spec.SpecHash, Lifecycle: n.Status().Lifecycle, RecordedID: n.Status().NodeID, Pod: plan.PodGone}

@@ -93,6 +93,10 @@ type Observed struct {
 	// snapshots ("" when none). No slot moves while it runs: a slot moved between two shards
 	// snapshotted at different moments would have its keys in both objects, or in neither.
 	BackupRunning string
+	// ClientAddresses: the servers announce client addresses of their own (external access).
+	// A departing server still answering is then forgotten only once it has exited
+	// (retireLeaving).
+	ClientAddresses bool
 }
 
 // Kind names an action.

@@ -66,6 +66,14 @@ func retireLeaving(v view) (Action, bool) {
 			continue
 		case n.reachable() && known:
 			return Action{Kind: Remove, Node: n.Name, Reason: n.Name + " is leaving"}, true
+		case n.dying != nil && known && v.ClientAddresses:
+			// Its pod is being deleted and it still serves the clients connected to it (the
+			// preStop window), redirecting them. Forgotten now, it would be answered as a
+			// stranger, without the ping extensions that carry its peers' client addresses,
+			// and take it that they announce none: its redirects would name pod IPs that
+			// clients outside cannot reach. It is forgotten once it has exited; its
+			// replacement does not wait for that.
+			continue
 		case known && v.owners[id] > 0:
 			continue // a lost primary: waitFailover
 		case known:
