@@ -29,8 +29,8 @@ import (
 // cluster's load balancer) serves a cluster-mode client whose dialer refuses every address
 // but the load balancer's, so it reaches the servers only through the external addresses
 // CLUSTER SHARDS and MOVED give it: a continuous writer loses no acknowledged write, and is
-// never given a pod address, through a planned failover (a primary's pod deleted) and a
-// 3 -> 4 shard scale-out, and each new
+// never given a pod address, through a planned failover (a primary's pod deleted), a 3 -> 4
+// shard scale-out and a 4 -> 3 scale-in, and each new
 // node's address is announced (and named in an Event) without any pod being replaced for it.
 func TestExternalAccess(t *testing.T) {
 	n := newNamespace(t, "e2e-external")
@@ -79,10 +79,17 @@ spec:
 	n.waitExternal(cluster, 8, password, external)
 	t.Logf("e2e: external access: scale-out 3->4 shards in %.1fs", time.Since(start).Seconds())
 
+	start = time.Now()
+	t.Logf("e2e: external access: scale-in from %s", start.Format("15:04:05.000"))
+	n.patchTopology(cluster, 3, 1)
+	n.waitConverged(cluster, 6, 3*time.Minute)
+	n.waitExternal(cluster, 6, password, external)
+	t.Logf("e2e: external access: scale-in 4->3 shards in %.1fs", time.Since(start).Seconds())
+
 	events := n.kubectl("get", "events", "--field-selector", "reason=ClientAddressAnnounced", "-o", "jsonpath={range .items[*]}{.note}{.message}{\"\\n\"}{end}")
 	assert.GreaterOrEqual(t, strings.Count(events, " to clients"), 8, "an Event per announced address:\n%s", events)
 	annotations := n.kubectl("get", "svc", "-l", "valkey.gomomento.com/node", "-o", `jsonpath={range .items[*]}{.metadata.annotations.example\.com/team}{"\n"}{end}`)
-	assert.Equal(t, 8, strings.Count(annotations, "payments"), "every node's Service carries the annotation")
+	assert.Equal(t, 6, strings.Count(annotations, "payments"), "every node's Service carries the annotation, and the retired nodes' went with them")
 	// kubectl valkey status, as a user with the example viewer role, shows each node's
 	// external address: the ones the Services offer and CLUSTER SHARDS names (waitExternal).
 	report := newPluginUser(t, n).status(cluster)
@@ -96,7 +103,7 @@ spec:
 	// No server ever named a pod address to it: a departing server is forgotten only once it
 	// has exited (plan retireLeaving), so its redirects keep its peers' client addresses.
 	assert.Zero(t, external.refused.Load(), "dials to pod addresses: %s", external.refusals())
-	finishDay2(t, w, watch, "failover and scale-out through external addresses")
+	finishDay2(t, w, watch, "failover, scale-out and scale-in through external addresses")
 }
 
 // externalDialer lets a client dial only the dev cluster's load-balancer addresses: anything

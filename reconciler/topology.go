@@ -10,6 +10,8 @@ import (
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Topology is the port of the topology concern: the writes that form the cluster, add and
@@ -63,6 +65,8 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 			return err
 		}
 		return p.valkey.Topology.Replicate(ctx, p.members, a.Node, n.Shard())
+	case plan.StopServer:
+		return r.stopServer(ctx, p, a.Node)
 	case plan.Remove:
 		return p.valkey.Topology.RemoveNode(ctx, p.members, a.Node)
 	case plan.Failover:
@@ -135,4 +139,18 @@ func (r *Reconciler) perform(ctx context.Context, p *pass, a plan.Action) error 
 		return nil
 	}
 	return fmt.Errorf("unknown action %q", a.Kind)
+}
+
+// stopServer deletes the pod of a Leaving node, keeping the node: its server goes through its
+// pod's preStop and exits, and the planner forgets it then (plan.StopServer).
+func (r *Reconciler) stopServer(ctx context.Context, p *pass, name string) error {
+	pod := p.pods[name]
+	if pod == nil || pod.DeletionTimestamp != nil {
+		return nil
+	}
+	if err := r.client.Delete(ctx, pod, client.Preconditions{UID: &pod.UID}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	r.event(p, pod, ReasonNodeRetired, "StopServer", "Deleted Pod %s of leaving ValkeyNode %s: it is forgotten once its server has exited", pod.Name, name)
+	return nil
 }

@@ -124,6 +124,9 @@ const (
 	// forget a node's own primary), are marked Leaving.
 	ForgetStrangers Kind = "ForgetStrangers"
 	Delete          Kind = "Delete" // delete the ValkeyNode of Node (its pod follows)
+	// StopServer deletes the pod of Leaving Node, whose server holds no slots, keeping its
+	// ValkeyNode: with client addresses it is forgotten only once its server has exited.
+	StopServer Kind = "StopServer"
 	// RestartPods brings Nodes, durable nodes whose pods are gone or whose servers exited,
 	// back on their volumes: a new pod of the same name on the same claim.
 	RestartPods Kind = "RestartPods"

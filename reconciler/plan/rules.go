@@ -64,6 +64,10 @@ func retireLeaving(v view) (Action, bool) {
 			// Its replicas go first; one not seen Leaving yet (a status write still on its
 			// way through the cache) would refuse to forget its own primary.
 			continue
+		case n.reachable() && known && v.ClientAddresses:
+			// Forgotten while it runs, it would redirect its last clients to pod IPs (the
+			// next case): its server stops first, and is forgotten once it has exited.
+			return Action{Kind: StopServer, Node: n.Name, Reason: n.Name + " is leaving: its server stops before it is forgotten"}, true
 		case n.reachable() && known:
 			return Action{Kind: Remove, Node: n.Name, Reason: n.Name + " is leaving"}, true
 		case n.dying != nil && known && v.ClientAddresses:
