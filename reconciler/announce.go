@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"github.com/gomomento/valkey-operator/reconciler/plan"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
@@ -99,7 +98,7 @@ func (r *Reconciler) announceMembers(p *pass) []announceMember {
 		am.held, am.known = held[pod.UID]
 		if p.seen != nil {
 			if got, ok := p.seen.announces[m.Name]; ok {
-				am.read.addr, am.read.unsupported = got.addr, errors.Is(got.err, model.ErrUnsupported)
+				am.read.addr, am.read.unsupported = got.value, errors.Is(got.err, model.ErrUnsupported)
 				am.readOK = got.err == nil || am.read.unsupported
 			}
 		}
@@ -111,33 +110,6 @@ func (r *Reconciler) announceMembers(p *pass) []announceMember {
 // announcesNeed: the client addresses of the members with a wish the memory does not know.
 func announcesNeed(r *Reconciler, p *pass) reading {
 	return reading{announces: announcesToRead(r.announceMembers(p))}
-}
-
-// announceRead is one server's client address as read, or why it could not be.
-type announceRead struct {
-	addr model.ClientAddress
-	err  error
-}
-
-// readAnnounces reads the client address of the named members the snapshot reached (as
-// readZones: one it did not reach is read on a later pass).
-func readAnnounces(ctx context.Context, reads Reads, members []model.Node, names []string, snap *model.Snapshot) map[string]announceRead {
-	var nodes []model.Node
-	for _, m := range members {
-		if st := snap.ByName(m.Name); st != nil && st.Reachable && slices.Contains(names, m.Name) {
-			nodes = append(nodes, m)
-		}
-	}
-	got := make([]announceRead, len(nodes))
-	_ = inParallel(len(nodes), func(i int) error {
-		got[i].addr, got[i].err = reads.ClientAnnounce(ctx, nodes[i])
-		return nil
-	})
-	out := make(map[string]announceRead, len(nodes))
-	for i, n := range nodes {
-		out[n.Name] = got[i]
-	}
-	return out
 }
 
 // setAnnounces sets each planned server's client address, records each new one in an Event,

@@ -103,7 +103,7 @@ func TestAnnounceConcern(t *testing.T) {
 		}
 		r0, s0 := srv.reads, srv.sets
 		if want := announcesNeed(r, p); len(want.announces) > 0 {
-			p.seen.announces = readAnnounces(context.Background(), srv, p.members, want.announces, snap)
+			p.seen.announces = readReached(context.Background(), p.members, want.announces, snap, srv.ClientAnnounce)
 		}
 		require.Nil(t, r.setAnnounces(context.Background(), p), "the concern never ends a pass")
 		last = p

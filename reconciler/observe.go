@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"crypto/x509"
+	"slices"
 
 	"github.com/gomomento/valkey-operator/reconciler/views"
 	"github.com/gomomento/valkey-operator/valkeyops/model"
@@ -44,9 +45,37 @@ type observation struct {
 	certs map[string]servedCertificate
 	// zones is the availability-zone setting of the members read for it (zones.go), by
 	// name; only servers the memory does not know are read.
-	zones map[string]zoneRead
+	zones map[string]setting[string]
 	// announces is the client address of the members read for it (announce.go), by name.
-	announces map[string]announceRead
+	announces map[string]setting[model.ClientAddress]
+}
+
+// setting is one server's value of a setting as read, or why it could not be.
+type setting[T any] struct {
+	value T
+	err   error
+}
+
+// readReached reads a setting of each named member the snapshot reached, all at once. One it
+// did not reach is not dialled again (as in readAuth: a dark zone's connections hang until
+// the deadline); it is read on a later pass.
+func readReached[T any](ctx context.Context, members []model.Node, names []string, snap *model.Snapshot, read func(context.Context, model.Node) (T, error)) map[string]setting[T] {
+	var nodes []model.Node
+	for _, m := range members {
+		if st := snap.ByName(m.Name); st != nil && st.Reachable && slices.Contains(names, m.Name) {
+			nodes = append(nodes, m)
+		}
+	}
+	got := make([]setting[T], len(nodes))
+	_ = inParallel(len(nodes), func(i int) error {
+		got[i].value, got[i].err = read(ctx, nodes[i])
+		return nil
+	})
+	out := make(map[string]setting[T], len(nodes))
+	for i, n := range nodes {
+		out[n.Name] = got[i]
+	}
+	return out
 }
 
 // servedCertificate is the certificate a node presented, or why none could be read.
@@ -74,10 +103,10 @@ func (r *Reconciler) observe(ctx context.Context, p *pass, want reading) *outcom
 			seen.certs = readCertificates(octx, p.valkey.Reads, p.members)
 		}
 		if len(want.zones) > 0 {
-			seen.zones = readZones(octx, p.valkey.Reads, p.members, want.zones, snap)
+			seen.zones = readReached(octx, p.members, want.zones, snap, p.valkey.Reads.AvailabilityZone)
 		}
 		if len(want.announces) > 0 {
-			seen.announces = readAnnounces(octx, p.valkey.Reads, p.members, want.announces, snap)
+			seen.announces = readReached(octx, p.members, want.announces, snap, p.valkey.Reads.ClientAnnounce)
 		}
 	}
 	if interrupted(rctx) {

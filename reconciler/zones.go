@@ -3,7 +3,6 @@ package reconciler
 import (
 	"context"
 	"errors"
-	"slices"
 
 	"github.com/gomomento/valkey-operator/valkeyops/model"
 	corev1 "k8s.io/api/core/v1"
@@ -100,7 +99,7 @@ func (r *Reconciler) zoneMembers(p *pass) []zoneMember {
 		zm.held, zm.known = held[pod.UID]
 		if p.seen != nil {
 			if got, ok := p.seen.zones[m.Name]; ok {
-				zm.read.zone, zm.read.unsupported = got.zone, errors.Is(got.err, model.ErrUnsupported)
+				zm.read.zone, zm.read.unsupported = got.value, errors.Is(got.err, model.ErrUnsupported)
 				zm.readOK = got.err == nil || zm.read.unsupported
 			}
 		}
@@ -112,34 +111,6 @@ func (r *Reconciler) zoneMembers(p *pass) []zoneMember {
 // zonesNeed: the settings of the members the memory does not know, when their node has a zone.
 func zonesNeed(r *Reconciler, p *pass) reading {
 	return reading{zones: zonesToRead(r.zoneMembers(p))}
-}
-
-// zoneRead is one server's availability-zone as read, or why it could not be.
-type zoneRead struct {
-	zone string
-	err  error
-}
-
-// readZones reads the setting of the named members the snapshot reached; one it did not
-// reach is not dialled again (as in readAuth: a dark zone's connections hang until the
-// deadline), and is read on a later pass.
-func readZones(ctx context.Context, reads Reads, members []model.Node, names []string, snap *model.Snapshot) map[string]zoneRead {
-	var nodes []model.Node
-	for _, m := range members {
-		if st := snap.ByName(m.Name); st != nil && st.Reachable && slices.Contains(names, m.Name) {
-			nodes = append(nodes, m)
-		}
-	}
-	got := make([]zoneRead, len(nodes))
-	_ = inParallel(len(nodes), func(i int) error {
-		got[i].zone, got[i].err = reads.AvailabilityZone(ctx, nodes[i])
-		return nil
-	})
-	out := make(map[string]zoneRead, len(nodes))
-	for i, n := range nodes {
-		out[n.Name] = got[i]
-	}
-	return out
 }
 
 // setZones sets each planned server's zone and remembers what every member now holds. It

@@ -104,7 +104,7 @@ func TestZonesConcern(t *testing.T) {
 		}
 		r0, s0 := srv.reads, srv.sets
 		if want := zonesNeed(r, p); len(want.zones) > 0 {
-			p.seen.zones = readZones(context.Background(), srv, p.members, want.zones, snap)
+			p.seen.zones = readReached(context.Background(), p.members, want.zones, snap, srv.AvailabilityZone)
 		}
 		require.Nil(t, r.setZones(context.Background(), p), "the concern never ends a pass")
 		return srv.reads - r0, srv.sets - s0
