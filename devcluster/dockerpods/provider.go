@@ -14,6 +14,7 @@ package dockerpods
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -139,8 +140,19 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	key := podKey(pod.Namespace, pod.Name)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.pods[key]; ok {
-		return nil
+	if old, ok := p.pods[key]; ok {
+		if old.pod.UID == pod.UID {
+			return nil
+		}
+		// A new pod of the same name while its predecessor still runs or stops here: the
+		// old one was deleted from the API server at once and the name taken again (a
+		// durable node restarted on its volume), and virtual-kubelet, whose queue is keyed
+		// by name, may never have told this provider to delete it. Like a kubelet, stop
+		// the old pod and start the new one once it is gone: refused until then, the
+		// creation is retried by virtual-kubelet. Taken as done, it was never started
+		// (Pending for good, the old pod's status retried against the new one).
+		go func() { _ = p.DeletePod(context.WithoutCancel(ctx), old.snapshot()) }()
+		return fmt.Errorf("pod %s: its predecessor (UID %s) is still stopping", key, old.pod.UID)
 	}
 	if err := unsupported(pod); err != nil {
 		return err
@@ -376,12 +388,25 @@ func (p *Provider) get(ns, name string) *podState {
 }
 
 // GetPod implements node.PodLifecycleHandler.
+//
+// A pod the API server now has under another UID (its name taken again) is not found:
+// virtual-kubelet compares what GetPod returns with the API's pod by spec, not by UID, and
+// would otherwise take the new pod as running already (CreatePod stops the old one).
 func (p *Provider) GetPod(_ context.Context, ns, name string) (*corev1.Pod, error) {
 	st := p.get(ns, name)
-	if st == nil {
+	if st == nil || p.replaced(st) {
 		return nil, errdefs.NotFoundf("pod %s/%s not found", ns, name)
 	}
 	return st.snapshot(), nil
+}
+
+// replaced reports whether the API server has st's pod under another UID.
+func (p *Provider) replaced(st *podState) bool {
+	if p.apiPods == nil {
+		return false
+	}
+	api, err := p.apiPods.Pods(st.pod.Namespace).Get(st.pod.Name)
+	return err == nil && api.UID != st.pod.UID
 }
 
 // GetPodStatus implements node.PodLifecycleHandler.
