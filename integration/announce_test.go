@@ -65,7 +65,12 @@ func TestClientAnnounce(t *testing.T) {
 			}
 
 			// The operator's own observation still places every server at its container address.
-			obs, err := f.admin.Observe(ctx, f.nodes)
+			told := make([]model.Node, len(f.nodes)) // as the operator passes them: with what each announces
+			for i, n := range f.nodes {
+				told[i] = n
+				told[i].ClientAddr = byName[n.Name].String()
+			}
+			obs, err := f.admin.Observe(ctx, told)
 			require.NoError(t, err)
 			for _, st := range obs.Nodes {
 				require.True(t, st.Reachable, st.Name)

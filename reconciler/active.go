@@ -68,7 +68,9 @@ func (r *Reconciler) observeActive(ctx context.Context, p *pass) *outcome {
 		// A pod being deleted keeps serving through its preStop: observe it so a primary can
 		// hand its slots over.
 		if st, _ := podState(pod); st == plan.PodReady || (st == plan.PodLost && pod.Status.PodIP != "" && pod.Status.Phase == corev1.PodRunning) {
-			p.members = append(p.members, valkeyNode(n.Name(), pod.Status.PodIP, n.Shard()))
+			m := valkeyNode(n.Name(), pod.Status.PodIP, n.Shard())
+			m.ClientAddr = r.clientAddr(p, n.Name(), pod.UID)
+			p.members = append(p.members, m)
 		}
 	}
 	if len(p.members) == 0 {

@@ -196,3 +196,18 @@ func (r *Reconciler) announcesCleared(p *pass) bool {
 	}
 	return true
 }
+
+// clientAddr is the client address a member's server was told to announce, as Observe needs
+// it (model.Node.ClientAddr, "" for none): its Service's, else, while the feature is being
+// turned off, the one the memory says it still announces.
+func (r *Reconciler) clientAddr(p *pass, name string, uid types.UID) string {
+	if a := p.external[name]; a.IP != "" {
+		return a.String()
+	}
+	var held announceHeld
+	r.memory.peek(p.key, func(c *clusterMemory) { held = c.announced[uid] })
+	if held.addr.IP != "" {
+		return held.addr.String()
+	}
+	return ""
+}

@@ -40,18 +40,21 @@ func (a *Admin) Observe(ctx context.Context, nodes []model.Node) (*model.Snapsho
 // included, its peers' client addresses in CLUSTER NODES, so without this the planner would
 // take the external addresses for where the servers are (re-introducing them at their "old"
 // addresses, asking MIGRATE to dial a load balancer from inside the cluster, or waiting for
-// a MEET to be seen at the pod IP for ever). Only an entry that shows the very address the
-// server itself shows as its own is rewritten: one that still shows an older address is
-// stale and stays so, for the planner to see.
+// a MEET to be seen at the pod IP for ever). Only a server told to announce a client address
+// (model.Node.ClientAddr) whose own line shows that very address counts, and only an entry
+// that shows it is rewritten: one that still shows an older address is stale and stays so,
+// for the planner to see. A server that restarted at a new IP shows its old one as its own
+// until its peers tell it otherwise; taken for a client address, the stale entries would be
+// rewritten to look current and never be re-introduced.
 func internalAddresses(snap *model.Snapshot) {
 	type shown struct{ client, internal string }
 	byID := map[string]shown{}
 	for i := range snap.Nodes {
 		st := &snap.Nodes[i]
-		if !st.Reachable || st.ID == "" {
+		if !st.Reachable || st.ID == "" || st.ClientAddr == "" {
 			continue
 		}
-		if self := st.Self(); self != nil && self.IP != "" && self.Addr() != st.Addr {
+		if self := st.Self(); self != nil && self.Addr() == st.ClientAddr && self.Addr() != st.Addr {
 			byID[st.ID] = shown{self.Addr(), st.Addr}
 		}
 	}

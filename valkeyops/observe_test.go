@@ -32,13 +32,17 @@ func TestInternalAddresses(t *testing.T) {
 		}
 		return n
 	}
+	// a and b announce client addresses; d restarted at 10.0.0.4 and still shows its old IP
+	// 10.0.0.8 as its own: not a client address, so its stale entries stay stale.
 	snap := &model.Snapshot{Nodes: []model.NodeState{
-		{Node: model.Node{Name: "a", Addr: "10.0.0.1:6379"}, Reachable: true, ID: "A", View: view(
-			peer("A", "127.100.0.1", 6379, true), peer("B", "127.100.0.2", 6379, false), peer("C", "10.0.0.3", 6379, false), peer("X", "127.100.0.9", 6379, false))},
-		{Node: model.Node{Name: "b", Addr: "10.0.0.2:6379"}, Reachable: true, ID: "B", View: view(
+		{Node: model.Node{Name: "a", Addr: "10.0.0.1:6379", ClientAddr: "127.100.0.1:6379"}, Reachable: true, ID: "A", View: view(
+			peer("A", "127.100.0.1", 6379, true), peer("B", "127.100.0.2", 6379, false), peer("C", "10.0.0.3", 6379, false), peer("X", "127.100.0.9", 6379, false), peer("D", "10.0.0.8", 6379, false))},
+		{Node: model.Node{Name: "b", Addr: "10.0.0.2:6379", ClientAddr: "127.100.0.2:6379"}, Reachable: true, ID: "B", View: view(
 			peer("A", "10.0.0.7", 6379, false), peer("B", "127.100.0.2", 6379, true), peer("C", "10.0.0.3", 6379, false))},
 		{Node: model.Node{Name: "c", Addr: "10.0.0.3:6379"}, Reachable: true, ID: "C", View: view(
 			peer("A", "127.100.0.1", 6379, false), peer("B", "127.100.0.2", 6379, false), peer("C", "10.0.0.3", 6379, true))},
+		{Node: model.Node{Name: "d", Addr: "10.0.0.4:6379"}, Reachable: true, ID: "D", View: view(
+			peer("D", "10.0.0.8", 6379, true))},
 	}}
 	internalAddresses(snap)
 	got := map[string][]string{}
@@ -48,8 +52,9 @@ func TestInternalAddresses(t *testing.T) {
 		}
 	}
 	assert.Equal(t, map[string][]string{
-		"a": {"A@10.0.0.1:6379", "B@10.0.0.2:6379", "C@10.0.0.3:6379", "X@127.100.0.9:6379"},
-		"b": {"A@10.0.0.7:6379", "B@10.0.0.2:6379", "C@10.0.0.3:6379"}, // b's entry of A is stale: kept
+		"a": {"A@10.0.0.1:6379", "B@10.0.0.2:6379", "C@10.0.0.3:6379", "X@127.100.0.9:6379", "D@10.0.0.8:6379"}, // D's old IP: kept
+		"b": {"A@10.0.0.7:6379", "B@10.0.0.2:6379", "C@10.0.0.3:6379"},                                          // b's entry of A is stale: kept
 		"c": {"A@10.0.0.1:6379", "B@10.0.0.2:6379", "C@10.0.0.3:6379"},
+		"d": {"D@10.0.0.8:6379"},
 	}, got)
 }

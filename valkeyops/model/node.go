@@ -10,4 +10,9 @@ type Node struct {
 	// Admin.Bootstrap leaves the server at it; 0 = unknown, and Bootstrap leaves the server's
 	// timeout alone.
 	NodeTimeoutMillis int
+	// ClientAddr is the client address ("host:port") the server was told to announce
+	// (external access), "" when none: Observe places an entry showing it back at Addr. Only
+	// the caller can tell it from the stale address of a server that restarted at a new IP,
+	// which the server's own CLUSTER NODES line shows the same way.
+	ClientAddr string
 }
