@@ -106,6 +106,11 @@ func (c *Client) Status(ctx context.Context, ns, name string) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	var services map[string]*corev1.Service
+	var servicesErr error
+	if cl.ExternalAccess() != nil {
+		services, servicesErr = c.externalServices(ctx, ns, name)
+	}
 	pods := map[string]*corev1.Pod{}
 	k8sNodes := map[string]*corev1.Node{} // by name; nil when unreadable
 	nodeAddrs := map[string]string{}      // render.NodeAddress of each readable one
@@ -133,7 +138,7 @@ func (c *Client) Status(ctx context.Context, ns, name string) (*Report, error) {
 			pod = nil
 		}
 		if cl.ExternalAccess() != nil {
-			nr.External = c.externalAddress(ctx, ns, n.Name(), pod, nodeAddrs)
+			nr.External = externalAddress(services[render.ExternalServiceName(n.Name())], servicesErr, pod, nodeAddrs)
 		}
 		r.Nodes = append(r.Nodes, nr)
 	}
@@ -147,12 +152,29 @@ func (c *Client) Status(ctx context.Context, ns, name string) (*Report, error) {
 	return r, nil
 }
 
-// externalAddress is the client address node's external Service offers (the one its
-// server is told to announce, as the operator computes it), or why there is none.
-func (c *Client) externalAddress(ctx context.Context, ns, node string, pod *corev1.Pod, nodeAddrs map[string]string) string {
-	svc, err := c.Core.CoreV1().Services(ns).Get(ctx, render.ExternalServiceName(node), metav1.GetOptions{})
+// externalServices lists the cluster's external Services (one per node, labelled with it) in
+// one call, by name.
+func (c *Client) externalServices(ctx context.Context, ns, cluster string) (map[string]*corev1.Service, error) {
+	list, err := c.Core.CoreV1().Services(ns).List(ctx, metav1.ListOptions{LabelSelector: render.LabelCluster + "=" + cluster + "," + render.LabelNode})
 	if err != nil {
-		return "? (Service " + reason(err) + ")"
+		return nil, err
+	}
+	out := make(map[string]*corev1.Service, len(list.Items))
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// externalAddress is the client address a node's external Service svc offers (the one its
+// server is told to announce, as the operator computes it), or why there is none; listErr is
+// why the Services could not be listed.
+func externalAddress(svc *corev1.Service, listErr error, pod *corev1.Pod, nodeAddrs map[string]string) string {
+	switch {
+	case listErr != nil:
+		return "? (Services " + reason(listErr) + ")"
+	case svc == nil:
+		return "? (Service not found)"
 	}
 	addr, why := render.ExternalAddress(svc, pod, nodeAddrs)
 	switch {
