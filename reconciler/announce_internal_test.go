@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -23,55 +24,69 @@ func TestPlanAnnounces(t *testing.T) {
 	np := model.ClientAddress{IP: "198.51.100.2", Port: 31000}
 	for _, tc := range []struct {
 		name   string
-		member announceMember
+		member liveMember[model.ClientAddress]
 		read   bool
-		set    *announceSet
+		set    *announced
 	}{
-		{"new server, read empty", announceMember{want: lb, wanted: true, readOK: true}, true, &announceSet{addr: lb}},
-		{"new server, not read yet", announceMember{want: lb, wanted: true}, true, nil},
-		{"new server, read holding its address (operator restarted)", announceMember{want: lb, wanted: true, read: announceHeld{addr: lb}, readOK: true}, true, nil},
-		{"NodePort: the port is set", announceMember{want: np, wanted: true, readOK: true}, true, &announceSet{addr: np, ports: true}},
-		{"known, holding its address (idle)", announceMember{want: lb, wanted: true, held: announceHeld{addr: lb}, known: true}, false, nil},
-		{"known, NodePort to LoadBalancer: the port is cleared", announceMember{want: lb, wanted: true, held: announceHeld{addr: np}, known: true}, false, &announceSet{addr: lb, ports: true}},
-		{"clearing a known address", announceMember{wanted: true, held: announceHeld{addr: lb}, known: true}, false, &announceSet{}},
-		{"clearing, known clear", announceMember{wanted: true, held: announceHeld{}, known: true}, false, nil},
-		{"release without the setting", announceMember{want: lb, wanted: true, read: announceHeld{unsupported: true}, readOK: true}, true, nil},
-		{"no wish (no address yet, feature off)", announceMember{}, false, nil},
-		{"no wish, known", announceMember{held: announceHeld{addr: lb}, known: true}, false, nil},
+		{"new server, read empty", liveMember[model.ClientAddress]{want: lb, wanted: true, readOK: true}, true, &announced{addr: lb}},
+		{"new server, not read yet", liveMember[model.ClientAddress]{want: lb, wanted: true}, true, nil},
+		{"new server, read holding its address (operator restarted)", liveMember[model.ClientAddress]{want: lb, wanted: true, read: held[model.ClientAddress]{value: lb}, readOK: true}, true, nil},
+		{"NodePort: the port is set", liveMember[model.ClientAddress]{want: np, wanted: true, readOK: true}, true, &announced{addr: np, ports: true}},
+		{"known, holding its address (idle)", liveMember[model.ClientAddress]{want: lb, wanted: true, held: held[model.ClientAddress]{value: lb}, known: true}, false, nil},
+		{"known, NodePort to LoadBalancer: the port is cleared", liveMember[model.ClientAddress]{want: lb, wanted: true, held: held[model.ClientAddress]{value: np}, known: true}, false, &announced{addr: lb, ports: true}},
+		{"clearing a known address", liveMember[model.ClientAddress]{wanted: true, held: held[model.ClientAddress]{value: lb}, known: true}, false, &announced{}},
+		{"clearing, known clear", liveMember[model.ClientAddress]{wanted: true, held: held[model.ClientAddress]{}, known: true}, false, nil},
+		{"release without the setting", liveMember[model.ClientAddress]{want: lb, wanted: true, read: held[model.ClientAddress]{unsupported: true}, readOK: true}, true, nil},
+		{"no wish (no address yet, feature off)", liveMember[model.ClientAddress]{}, false, nil},
+		{"no wish, known", liveMember[model.ClientAddress]{held: held[model.ClientAddress]{value: lb}, known: true}, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.member
 			m.name = "n0"
 			if tc.read {
-				assert.Equal(t, []string{"n0"}, announcesToRead([]announceMember{m}))
+				assert.Equal(t, []string{"n0"}, liveToRead([]liveMember[model.ClientAddress]{m}))
 			} else {
-				assert.Empty(t, announcesToRead([]announceMember{m}))
+				assert.Empty(t, liveToRead([]liveMember[model.ClientAddress]{m}))
 			}
-			var want []announceSet
-			if tc.set != nil {
-				s := *tc.set
-				s.name = "n0"
-				want = []announceSet{s}
+			sets := planLive([]liveMember[model.ClientAddress]{m})
+			if tc.set == nil {
+				assert.Empty(t, sets)
+				return
 			}
-			assert.Equal(t, want, planAnnounces([]announceMember{m}))
+			require.Len(t, sets, 1)
+			assert.Equal(t, "n0", sets[0].name)
+			assert.Equal(t, tc.set.addr, sets[0].value)
+			assert.Equal(t, tc.set.ports, announcePorts(sets[0]), "ports")
 		})
 	}
+}
+
+// announced is one set TestPlanAnnounces expects: the address, and whether the ports go too.
+type announced struct {
+	addr  model.ClientAddress
+	ports bool
 }
 
 // announceServers stands in for the servers' client address, counting reads and sets.
 type announceServers struct {
 	Reads
+	// mu guards the rest: the concern reads and sets its servers in parallel.
+	mu          sync.Mutex
 	held        map[string]model.ClientAddress
 	reads, sets int
 	refuse      bool
 }
 
 func (a *announceServers) ClientAnnounce(_ context.Context, n model.Node) (model.ClientAddress, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.reads++
 	return a.held[n.Name], nil
 }
 
 func (a *announceServers) SetClientAnnounce(_ context.Context, n model.Node, addr model.ClientAddress, _ bool) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	a.sets++
 	if a.refuse {
 		return errors.New("refused")

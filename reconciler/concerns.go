@@ -24,8 +24,8 @@ type concern struct {
 // is told its external address before it is handed slots. Topology comes last and performs
 // at most one action per pass. Each plans with a pure function of the observation and the
 // desired spec, then acts through its own port: credentials with planCredentials
-// (live_acl.go), certificates with certRollout.plan (live_tls.go), zones with planZones
-// (zones.go), client addresses with planAnnounces (announce.go), topology with plan.Next
+// (live_acl.go), certificates with certRollout.plan (live_tls.go), zones and client
+// addresses with planLive (livesetting.go; zones.go, announce.go), topology with plan.Next
 // (which also forms a Creating cluster, in its forming mode). A new concern (persistence,
 // backup) declares its port and its planner beside its code, adds what it reads to reading,
 // and one line here.

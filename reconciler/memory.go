@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/gomomento/valkey-operator/valkeyops/model"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -49,10 +50,10 @@ type clusterMemory struct {
 	restore *restoring
 	// zones is the availability-zone each pod's server holds, by pod UID (zones.go). Lost on
 	// restart: each server's setting is read once more.
-	zones map[types.UID]zoneHeld
+	zones map[types.UID]held[string]
 	// announced is the client address each pod's server announces, by pod UID
 	// (announce.go). Lost on restart: each server's is read once more.
-	announced map[types.UID]announceHeld
+	announced map[types.UID]held[model.ClientAddress]
 }
 
 // with runs fn on key's entry under the lock, creating the entry if there is none.

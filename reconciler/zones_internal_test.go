@@ -3,6 +3,7 @@ package reconciler
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -21,33 +22,36 @@ import (
 func TestPlanZones(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		member zoneMember
+		member liveMember[string]
 		read   bool
 		set    string // "" = no set
 	}{
-		{"new server, read empty", zoneMember{want: "a", readOK: true}, true, "a"},
-		{"new server, not read yet", zoneMember{want: "a"}, true, ""},
-		{"new server, read holding its zone (operator restarted)", zoneMember{want: "a", read: zoneHeld{zone: "a"}, readOK: true}, true, ""},
-		{"new server, read holding another zone", zoneMember{want: "a", read: zoneHeld{zone: "b"}, readOK: true}, true, "a"},
-		{"new server, read without the setting", zoneMember{want: "a", read: zoneHeld{unsupported: true}, readOK: true}, true, ""},
-		{"known, holding its zone (idle)", zoneMember{want: "a", held: zoneHeld{zone: "a"}, known: true}, false, ""},
-		{"known, node's zone changed", zoneMember{want: "b", held: zoneHeld{zone: "a"}, known: true}, false, "b"},
-		{"known, without the setting", zoneMember{want: "b", held: zoneHeld{unsupported: true}, known: true}, false, ""},
-		{"node without a zone", zoneMember{}, false, ""},
-		{"node without a zone, known", zoneMember{held: zoneHeld{zone: "a"}, known: true}, false, ""},
+		{"new server, read empty", liveMember[string]{want: "a", wanted: true, readOK: true}, true, "a"},
+		{"new server, not read yet", liveMember[string]{want: "a", wanted: true}, true, ""},
+		{"new server, read holding its zone (operator restarted)", liveMember[string]{want: "a", wanted: true, read: held[string]{value: "a"}, readOK: true}, true, ""},
+		{"new server, read holding another zone", liveMember[string]{want: "a", wanted: true, read: held[string]{value: "b"}, readOK: true}, true, "a"},
+		{"new server, read without the setting", liveMember[string]{want: "a", wanted: true, read: held[string]{unsupported: true}, readOK: true}, true, ""},
+		{"known, holding its zone (idle)", liveMember[string]{want: "a", wanted: true, held: held[string]{value: "a"}, known: true}, false, ""},
+		{"known, node's zone changed", liveMember[string]{want: "b", wanted: true, held: held[string]{value: "a"}, known: true}, false, "b"},
+		{"known, without the setting", liveMember[string]{want: "b", wanted: true, held: held[string]{unsupported: true}, known: true}, false, ""},
+		{"node without a zone", liveMember[string]{}, false, ""},
+		{"node without a zone, known", liveMember[string]{held: held[string]{value: "a"}, known: true}, false, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.member
 			m.name = "n1"
 			if tc.read {
-				assert.Equal(t, []string{"n1"}, zonesToRead([]zoneMember{m}))
+				assert.Equal(t, []string{"n1"}, liveToRead([]liveMember[string]{m}))
 			} else {
-				assert.Empty(t, zonesToRead([]zoneMember{m}))
+				assert.Empty(t, liveToRead([]liveMember[string]{m}))
 			}
 			if tc.set != "" {
-				assert.Equal(t, []zoneSet{{"n1", tc.set}}, planZones([]zoneMember{m}))
+				sets := planLive([]liveMember[string]{m})
+				require.Len(t, sets, 1)
+				assert.Equal(t, "n1", sets[0].name)
+				assert.Equal(t, tc.set, sets[0].value)
 			} else {
-				assert.Empty(t, planZones([]zoneMember{m}))
+				assert.Empty(t, planLive([]liveMember[string]{m}))
 			}
 		})
 	}
@@ -57,6 +61,8 @@ func TestPlanZones(t *testing.T) {
 // the other reads are not the concern's (nil: a call would fail the test).
 type zoneServers struct {
 	Reads
+	// mu guards the rest: the concern reads and sets its servers in parallel.
+	mu          sync.Mutex
 	held        map[string]string
 	old         map[string]bool // releases without the setting
 	reads, sets int
@@ -64,6 +70,8 @@ type zoneServers struct {
 }
 
 func (z *zoneServers) AvailabilityZone(_ context.Context, n model.Node) (string, error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
 	z.reads++
 	if z.old[n.Name] {
 		return "", model.ErrUnsupported
@@ -72,6 +80,8 @@ func (z *zoneServers) AvailabilityZone(_ context.Context, n model.Node) (string,
 }
 
 func (z *zoneServers) SetAvailabilityZone(_ context.Context, n model.Node, zone string) error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
 	z.sets++
 	if z.refuse {
 		return errors.New("refused")
