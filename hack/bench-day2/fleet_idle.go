@@ -22,15 +22,18 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 	if err != nil {
 		return err
 	}
-	apiBefore, err := b.clientRequests(ctx)
-	if err != nil {
-		return err
-	}
 	cmdsBefore, err := commandCalls(ctx, servers)
 	if err != nil {
 		return err
 	}
+	// The Lease's changes are subtracted from the writes, so its watch brackets the API counts
+	// with nothing between them: a renewal (every 2 s) made while the Valkey counts were read
+	// between the two would otherwise be taken for one of the operator's own writes.
 	leaseWrites, err := b.leaseWrites(ctx)
+	if err != nil {
+		return err
+	}
+	apiBefore, err := b.clientRequests(ctx)
 	if err != nil {
 		return err
 	}
@@ -42,12 +45,12 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 	case <-time.After(*fleetIdle):
 	}
 	minutes := time.Since(start).Minutes()
-	lease := leaseWrites()
-	cmdsAfter, err := commandCalls(ctx, servers)
+	apiAfter, err := b.clientRequests(ctx)
 	if err != nil {
 		return err
 	}
-	apiAfter, err := b.clientRequests(ctx)
+	lease := leaseWrites()
+	cmdsAfter, err := commandCalls(ctx, servers)
 	if err != nil {
 		return err
 	}
