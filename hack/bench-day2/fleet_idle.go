@@ -4,8 +4,10 @@ package main
 // (the idle-* lines of fleet.go's scenario).
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +39,10 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 	if err != nil {
 		return err
 	}
+	serverBefore, err := b.apiserverWrites(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	logf("idle window of %s over %d servers", *fleetIdle, len(servers))
 	select { // the window itself is what is measured
@@ -46,6 +52,10 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 	}
 	minutes := time.Since(start).Minutes()
 	apiAfter, err := b.clientRequests(ctx)
+	if err != nil {
+		return err
+	}
+	serverAfter, err := b.apiserverWrites(ctx)
 	if err != nil {
 		return err
 	}
@@ -72,6 +82,7 @@ func (b *bench) idleWindow(ctx context.Context, names []string, usage *usage, fo
 	// writes are the operator's own.
 	fmt.Printf("fleet: idle-api-writes=%.0f lease-writes-per-min=%.1f idle-api-reads-per-min=%.1f\n",
 		writes-float64(lease), float64(lease)/minutes, (apiAfter["GET"]-apiBefore["GET"])/minutes)
+	logf("idle window: writes kube-apiserver served, every client, by verb and resource: %s", countsChanged(serverBefore, serverAfter))
 	var calls float64
 	for addr, after := range cmdsAfter {
 		calls += after - cmdsBefore[addr] - 2 // the sampler's own AUTH and INFO
@@ -163,4 +174,41 @@ func (b *bench) clientRequests(ctx context.Context) (map[string]float64, error) 
 		}
 	}
 	return out, nil
+}
+
+// apiserverWrites counts the writes kube-apiserver has served, from every client, by verb and
+// resource (apiserver_request_total): what an idle-api-writes figure above zero was.
+func (b *bench) apiserverWrites(ctx context.Context) (map[string]float64, error) {
+	raw, err := b.env.Kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	m, err := promscrape.Parse(bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver /metrics: %w", err)
+	}
+	out := map[string]float64{}
+	for _, s := range m.Samples("apiserver_request_total") {
+		switch verb := s.Labels["verb"]; verb {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+			key := verb + " " + s.Labels["resource"]
+			if sub := s.Labels["subresource"]; sub != "" {
+				key += "/" + sub
+			}
+			out[key] += s.Value
+		}
+	}
+	return out, nil
+}
+
+// countsChanged lists the keys whose count grew, with how much, in order.
+func countsChanged(before, after map[string]float64) string {
+	var parts []string
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%.0f", k, d))
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
 }

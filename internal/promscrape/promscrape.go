@@ -6,6 +6,7 @@ package promscrape
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 
 	dto "github.com/prometheus/client_model/go"
@@ -30,12 +31,18 @@ func Get(ctx context.Context, url string) (Metrics, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
+	fams, err := Parse(resp.Body)
 	if err != nil {
 		return nil, fmt.Errorf("parse %s: %w", url, err)
 	}
 	return fams, nil
+}
+
+// Parse reads one scrape's text (for endpoints reached otherwise than by a plain GET, such as
+// kube-apiserver's /metrics through its client).
+func Parse(r io.Reader) (Metrics, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
 }
 
 // Sample is one series of a family: its labels and value (gauge, counter or untyped).
