@@ -391,6 +391,13 @@ func TestNext(t *testing.T) {
 				{name: "c0", shard: 0, life: plan.Joining, alone: true},
 			}, ghost{id: "id-a0", slots: "0-5460", flags: "master"})
 		}, plan.Action{Kind: plan.ForceFailover, Node: "b0"}},
+		{"a primary whose container just exited: the election comes before its node is marked Leaving and replaced", func(t *testing.T) plan.Observed {
+			return observed(t, 3, 1, []srv{
+				{name: "a0", shard: 0, pod: plan.PodGone, exited: true}, {name: "b0", shard: 0, of: "a0", ofID: "id-a0"},
+				{name: "a1", shard: 1, slots: "5461-10922"}, {name: "b1", shard: 1, of: "a1"},
+				{name: "a2", shard: 2, slots: "10923-16383"}, {name: "b2", shard: 2, of: "a2"},
+			}, ghost{id: "id-a0", slots: "0-5460", flags: "master"})
+		}, plan.Action{Kind: plan.ForceFailover, Node: "b0"}},
 		{"a primary whose pod is merely gone (it may still run): Valkey's own failover is waited for", func(t *testing.T) plan.Observed {
 			return observed(t, 3, 1, []srv{
 				{name: "a0", shard: 0, pod: plan.PodGone, life: plan.Leaving}, {name: "b0", shard: 0, of: "a0", ofID: "id-a0"},
