@@ -152,8 +152,8 @@ func commandCalls(ctx context.Context, servers []fleetServer) (map[string]float6
 	return out, <-errs
 }
 
-// clientRequests reads the operator's API requests by method from its metrics endpoints,
-// summed over its replicas (the standby's requests for the Lease are reads).
+// clientRequests reads the operator's API requests that succeeded, by method, from its
+// metrics endpoints, summed over its replicas (the standby's requests for the Lease are reads).
 func (b *bench) clientRequests(ctx context.Context) (map[string]float64, error) {
 	urls, err := b.fleetOp.metricsURLs(ctx)
 	if err != nil {
@@ -170,7 +170,11 @@ func (b *bench) clientRequests(ctx context.Context) (map[string]float64, error) 
 			return nil, fmt.Errorf("no rest_client_requests_total on %s", url)
 		}
 		for _, s := range samples {
-			out[s.Labels["method"]] += s.Value
+			// A request the server refused (a Lease renewal that lost a conflict, or timed
+			// out) changed nothing: only what succeeded counts as a write.
+			if strings.HasPrefix(s.Labels["code"], "2") {
+				out[s.Labels["method"]] += s.Value
+			}
 		}
 	}
 	return out, nil
