@@ -160,11 +160,12 @@ type Action struct {
 //     view (a stranger's slots would look like a lost primary's to the rules below);
 //  1. a slot left importing/migrating, or a Leaving primary holding slots: Rebalance;
 //  2. a primary whose pod is being deleted and still answers: Failover to an in-sync replica
-//     (a planned deletion hands its slots over before the server stops); likewise rule 6's
-//     ForceFailover of a primary whose server exited comes here, before its node is marked
-//     Leaving and replaced (its slots are unserved until a replica is elected);
+//     (a planned deletion hands its slots over before the server stops);
 //     Then, members that know each other at stale addresses (durable servers restarted at
 //     new pod IPs): Reintroduce (restart.go);
+//     Then rule 6's ForceFailover of a primary whose server exited, before its node is
+//     marked Leaving and replaced (its slots are unserved until a replica is elected; the
+//     views it reads are current once Reintroduce is done);
 //     Then, every live node's pod lost and no copy of any slot left (a total outage):
 //     MarkLeaving them all with DataLost, counting the lost nodes already Leaving too; a
 //     durable node that can come back on its volume is not lost;
@@ -228,7 +229,7 @@ func Next(o Observed) Action {
 
 // activeRules are the rules of Next for an Active cluster, in the order listed above.
 var activeRules = []func(view) (Action, bool){
-	forgetStrangers, resumeMoves, handOver, failoverExited, reintroduce, loseAll, retireLeaving, restartLost, dropLost,
+	forgetStrangers, resumeMoves, handOver, reintroduce, failoverExited, loseAll, retireLeaving, restartLost, dropLost,
 	createMissing, waitFailover, waitLoading, waitStarting, adoptOrphans, forgetDead, joinNew, balance,
 	markDeparting, activateJoined, roll,
 }
