@@ -24,6 +24,7 @@ type AnnounceWrites interface {
 // announceSetting is the client address: wished for each member whose Service has an address,
 // and, while the feature is being turned off, the zero address for every member.
 var announceSetting = liveSetting[model.ClientAddress]{
+	what:   "client addresses",
 	memory: func(c *clusterMemory) *map[types.UID]held[model.ClientAddress] { return &c.announced },
 	wish: func(p *pass, name string, _ *corev1.Pod) (model.ClientAddress, bool) {
 		addr, ok := p.external[name]
@@ -54,7 +55,7 @@ func announcesNeed(r *Reconciler, p *pass) reading {
 // setAnnounces sets each planned server's client address, each new one recorded in an Event.
 // It never ends the pass.
 func (r *Reconciler) setAnnounces(ctx context.Context, p *pass) *outcome {
-	if announceSetting.apply(ctx, r, p, "client addresses") > 0 && p.externalClear {
+	if announceSetting.apply(ctx, r, p) > 0 && p.externalClear {
 		// The Services go once every member is known to announce nothing (external.go).
 		p.requeueWithin(r.opts.PollInterval)
 	}

@@ -78,6 +78,8 @@ func planLive[T comparable](members []liveMember[T]) []liveSet[T] {
 // liveSetting is one setting set live per pod: where the cluster's memory keeps it, what each
 // member should hold, what the observation read of it, and how one server is set.
 type liveSetting[T comparable] struct {
+	// what names the setting in logs ("availability zones").
+	what string
 	// memory is the setting's map, by pod UID, in a cluster's memory.
 	memory func(c *clusterMemory) *map[types.UID]held[T]
 	// wish is what member name, in pod, should hold this pass, if there is a wish for it.
@@ -130,7 +132,7 @@ func (l liveSetting[T]) toRead(r *Reconciler, p *pass) []string {
 
 // apply sets each planned server and remembers what every member now holds; it returns how
 // many sets were planned. A server that refuses is logged and planned again on the next pass.
-func (l liveSetting[T]) apply(ctx context.Context, r *Reconciler, p *pass, what string) int {
+func (l liveSetting[T]) apply(ctx context.Context, r *Reconciler, p *pass) int {
 	members := l.members(r, p)
 	sets := planLive(members)
 	byName := map[string]held[T]{}
@@ -160,7 +162,7 @@ func (l liveSetting[T]) apply(ctx context.Context, r *Reconciler, p *pass, what 
 			l.done(r, p, s)
 		}
 		if err := errors.Join(errs...); err != nil {
-			p.log.Info("setting "+what+" failed; retried next pass", "error", err.Error())
+			p.log.Info("setting "+l.what+" failed; retried next pass", "error", err.Error())
 		}
 	}
 	l.remember(r, p, byName)

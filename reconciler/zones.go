@@ -24,6 +24,7 @@ type ZoneWrites interface {
 // zoneSetting is the availability-zone setting: wished for each member whose pod is bound to a
 // node with a zone label.
 var zoneSetting = liveSetting[string]{
+	what:   "availability zones",
 	memory: func(c *clusterMemory) *map[types.UID]held[string] { return &c.zones },
 	wish: func(p *pass, _ string, pod *corev1.Pod) (string, bool) {
 		zone := p.zones[pod.Spec.NodeName]
@@ -45,7 +46,7 @@ func zonesNeed(r *Reconciler, p *pass) reading {
 
 // setZones sets each planned server's zone. It never ends the pass.
 func (r *Reconciler) setZones(ctx context.Context, p *pass) *outcome {
-	zoneSetting.apply(ctx, r, p, "availability zones")
+	zoneSetting.apply(ctx, r, p)
 	return nil
 }
 
